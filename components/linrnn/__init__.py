@@ -1,0 +1,1 @@
+"""Linear filters for HMM beliefs: why linear recurrent memory works in POMDPs."""

@@ -1,0 +1,33 @@
+"""linrnn — "Why Linear Recurrent Memory Works in Partially Observable RL" (ICML 2026).
+
+exact filter check and two-state / action sweeps are numpy; RingWorld-lite PPO is torch.
+"""
+from flows.runtime.dag import Method, Resources, Stage
+
+M = "components.linrnn"
+
+METHOD = Method(
+    name="linrnn",
+    title="Linear recurrent memory as exact / approximate HMM filters",
+    paper="https://icml.cc/virtual/2026/poster/60568",
+    config=f"{M}.config:LinrnnConfig",
+    stages=(
+        Stage("verify_exact", f"{M}.filters:verify_exact_stage", params=("exact",),
+              description="Filter 1 vs the log-forward recursion on random permutation HMMs"),
+        Stage("certify_exponent", f"{M}.filters:certify_exponent_stage",
+              description="Large-deviation exponent xi of the two-state chain by quadrature"),
+        Stage("sweep_two_state", f"{M}.sweeps:sweep_two_state_stage", params=("two_state",),
+              description="ALF decoding error vs 1/eps for each delta schedule"),
+        Stage("sweep_action", f"{M}.sweeps:sweep_action_stage", params=("action_sweep",),
+              description="Action-controlled ALF vs Bayes under a random policy"),
+        Stage("train_ringworld", f"{M}.ringworld:train_stage", params=("ringworld", "seeds"),
+              fan_out={"variant": "ringworld.variants", "seed": "seeds"},
+              resources=Resources(num_cpus=1),
+              description="PPO on RingWorld-lite with fixed filter features"),
+        Stage("evaluate", f"{M}.evaluate:evaluate_stage",
+              params=("two_state", "ringworld", "seeds"),
+              deps=("verify_exact", "certify_exponent", "sweep_two_state", "sweep_action",
+                    "train_ringworld"),
+              description="Pass criteria of CLAIMS.md, plots"),
+    ),
+)

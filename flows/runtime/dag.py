@@ -1,0 +1,128 @@
+"""How a method declares its pipeline: once, in ``flows/<method>.py``.
+
+Everything else is derived from these declarations: the DVC pipeline file
+(``data/<method>/dvc.yaml``), the params file, the Prefect tasks and the MLflow runs.
+
+Stage functions are named as ``"module:function"`` strings and imported only when a stage
+actually runs, so that checking a pipeline that is up to date never pays for torch.
+"""
+from __future__ import annotations
+
+import importlib
+import itertools
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+_KEY_RE = re.compile(r"^[A-Za-z0-9_.]+$")
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What one instance of the stage needs; Ray places it accordingly."""
+
+    num_cpus: float = 1
+    num_gpus: float = 0
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    func: str
+    """``"components.<method>.<module>:<function>"``, called as ``function(cfg, ctx)``."""
+    params: tuple[str, ...] = ()
+    """Top-level config keys the stage reads; reading any other key raises."""
+    deps: tuple[str, ...] = ()
+    """Upstream stages whose outputs this stage reads (``ctx.inputs[name]``)."""
+    fan_out: dict[str, str] = field(default_factory=dict)
+    """``{item_name: "dotted.config.path"}``: one stage instance per combination of the listed
+    config lists, e.g. ``{"variant": "rl.variants", "seed": "seeds"}``. Instances run in parallel."""
+    metrics: bool = True
+    resources: Resources = Resources()
+    retries: int = 0
+    description: str = ""
+
+    def load(self) -> Callable[[Any, Any], Any]:
+        module, _, func = self.func.partition(":")
+        return getattr(importlib.import_module(module), func)
+
+    def fan_out_items(self, config: Any) -> dict[str, dict[str, Any]]:
+        """``{item_key: {item_name: value}}`` for the current config, e.g.
+        ``{"alf-0": {"variant": "alf", "seed": 0}}``. Empty for a plain stage."""
+        if not self.fan_out:
+            return {}
+        names = list(self.fan_out)
+        axes = [list(lookup(config, path)) for path in self.fan_out.values()]
+        items = {}
+        for combo in itertools.product(*axes):
+            key = "-".join(str(v) for v in combo)
+            if not _KEY_RE.match(key):
+                raise ValueError(f"stage {self.name}: fan-out value {key!r} must match {_KEY_RE.pattern}")
+            items[key] = dict(zip(names, combo))
+        return items
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    title: str
+    config: str
+    """``"components.<method>.config:<ConfigClass>"`` (a ``MethodConfig`` subclass)."""
+    stages: tuple[Stage, ...]
+    paper: str = ""
+
+    def __post_init__(self) -> None:
+        seen: set[str] = set()
+        for stage in self.stages:
+            if stage.name in seen:
+                raise ValueError(f"{self.name}: duplicate stage {stage.name}")
+            missing = [d for d in stage.deps if d not in seen]
+            if missing:
+                raise ValueError(f"{self.name}.{stage.name}: deps {missing} must be declared before it")
+            seen.add(stage.name)
+
+    def stage(self, name: str) -> Stage:
+        for stage in self.stages:
+            if stage.name == name:
+                return stage
+        raise KeyError(f"{self.name} has no stage {name!r}; stages: {', '.join(s.name for s in self.stages)}")
+
+    def config_class(self) -> type:
+        module, _, cls = self.config.partition(":")
+        return getattr(importlib.import_module(module), cls)
+
+    @property
+    def code_paths(self) -> tuple[str, ...]:
+        """Code whose change makes every stage of the method stale (DVC deps)."""
+        return (f"components/{self.name}", "components/common", f"flows/{self.name}.py")
+
+    def descendants(self, names: set[str]) -> set[str]:
+        out = set(names)
+        for stage in self.stages:  # declaration order is topological
+            if any(d in out for d in stage.deps):
+                out.add(stage.name)
+        return out
+
+
+def lookup(config: Any, dotted: str) -> Any:
+    value = config
+    for part in dotted.split("."):
+        value = value[part] if isinstance(value, dict) else getattr(value, part)
+    return value
+
+
+class DeclaredParams:
+    """A read-only view of the config that only exposes the keys a stage declared, so a stage
+    cannot silently depend on a param that DVC does not track for it."""
+
+    def __init__(self, config: Any, keys: tuple[str, ...], stage: str):
+        self._config, self._keys, self._stage = config, set(keys), stage
+
+    def __getattr__(self, key: str) -> Any:
+        if key.startswith("_"):
+            raise AttributeError(key)
+        if key not in self._keys:
+            raise AttributeError(
+                f"stage {self._stage!r} reads param {key!r} but does not declare it in params=(...)"
+            )
+        return getattr(self._config, key)
