@@ -1,0 +1,1 @@
+"""selfsoup — Self-Soupervision: model soups whose ingredients are cooked by self-supervised learning."""

@@ -1,0 +1,144 @@
+"""Embedded data: sklearn's digits as a tiny image task, with locally-made corruptions.
+
+Images are float32 in [0, 1], shape (N, 1, S, S). Corruptions follow the ImageNet-C recipes
+(noise, blur, contrast, brightness, pixelate) with severities 1-5, re-scaled for 16 px greys.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from scipy.ndimage import gaussian_filter
+
+from components.common.io import load_torch, save_torch, write_json_atomic
+
+# severity 1..5 -> strength, per corruption (ImageNet-C-like spacing)
+SEVERITY = {
+    "gaussian_noise": [0.08, 0.12, 0.18, 0.26, 0.38],   # noise std
+    "shot_noise": [60, 25, 12, 5, 3],                  # photons per unit intensity
+    "impulse_noise": [0.03, 0.06, 0.09, 0.17, 0.27],   # fraction of salt-and-pepper pixels
+    "gaussian_blur": [0.4, 0.6, 0.8, 1.0, 1.5],        # blur sigma (pixels)
+    "contrast": [0.4, 0.3, 0.2, 0.1, 0.05],            # contrast kept
+    "brightness": [0.1, 0.2, 0.3, 0.4, 0.5],           # added intensity
+    "pixelate": [0.75, 0.5, 0.4, 0.3, 0.25],           # resolution kept
+}
+
+
+def corrupt(images: np.ndarray, name: str, severity: int, rng: np.random.Generator) -> np.ndarray:
+    """Corrupt (N, 1, S, S) images in [0, 1]; the result is clipped back to [0, 1]."""
+    c = SEVERITY[name][severity - 1]
+    x = images.astype(np.float64)
+    if name == "gaussian_noise":
+        x = x + rng.normal(0.0, c, size=x.shape)
+    elif name == "shot_noise":
+        x = rng.poisson(x * c) / c
+    elif name == "impulse_noise":
+        hit = rng.random(x.shape) < c
+        x = np.where(hit, rng.integers(0, 2, size=x.shape).astype(np.float64), x)
+    elif name == "gaussian_blur":
+        x = gaussian_filter(x, sigma=(0, 0, c, c))
+    elif name == "contrast":
+        mean = x.mean(axis=(1, 2, 3), keepdims=True)
+        x = (x - mean) * c + mean
+    elif name == "brightness":
+        x = x + c
+    elif name == "pixelate":
+        size = x.shape[-1]
+        small = max(1, int(round(size * c)))
+        t = torch.from_numpy(x)
+        t = F.interpolate(F.adaptive_avg_pool2d(t, small), size=(size, size), mode="nearest")
+        x = t.numpy()
+    else:
+        raise ValueError(f"unknown corruption {name!r}; known: {', '.join(SEVERITY)}")
+    return np.clip(x, 0.0, 1.0).astype(np.float32)
+
+
+def load_digits_images(image_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """sklearn's bundled 8x8 digits, bilinearly upsampled to image_size, scaled to [0, 1]."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    x = torch.from_numpy(digits.images.astype(np.float32) / 16.0).unsqueeze(1)
+    x = F.interpolate(x, size=(image_size, image_size), mode="bilinear", align_corners=False)
+    return x.clamp(0, 1).numpy(), digits.target.astype(np.int64)
+
+
+def split_indices(n: int, sizes: dict[str, int], seed: int) -> dict[str, np.ndarray]:
+    """Disjoint random splits of the given sizes; 'test' takes the rest."""
+    perm = np.random.default_rng(seed).permutation(n)
+    out, start = {}, 0
+    for name, size in sizes.items():
+        out[name] = perm[start:start + size]
+        start += size
+    out["test"] = perm[start:]
+    return out
+
+
+def prepare_data_stage(cfg, ctx) -> None:
+    d = cfg.data
+    if d.source != "digits":
+        raise NotImplementedError("selfsoup: only the embedded digits source is implemented; "
+                                  "the paper profile needs an ImageNet/mini-VTAB loader")
+    images, labels = load_digits_images(d.image_size)
+    idx = split_indices(len(images), {"pool": d.n_pool, "train": d.n_train, "val": d.n_val}, d.split_seed)
+    splits = {name: {"x": torch.from_numpy(images[i]), "y": torch.from_numpy(labels[i])} for name, i in idx.items()}
+    del splits["pool"]["y"]  # the pool is unlabelled: do not even store its labels
+    save_torch(ctx.out_dir / "splits.pt", splits)
+
+    rng = np.random.default_rng(d.corruption_seed)
+    test = images[idx["test"]]
+    corrupted = {f"{name}_{sev}": torch.from_numpy(corrupt(test, name, sev, rng))
+                 for name in d.corruptions for sev in d.severities}
+    for name in d.shift_corruptions:  # the robustness arm needs these whatever the eval grid
+        key = f"{name}_{d.shift_severity}"
+        if key not in corrupted:
+            corrupted[key] = torch.from_numpy(corrupt(test, name, d.shift_severity, rng))
+    save_torch(ctx.out_dir / "corrupted_test.pt", corrupted)
+    sizes = {name: len(i) for name, i in idx.items()}
+    write_json_atomic(ctx.out_dir / "summary.json", {"sizes": sizes, "corrupted_sets": sorted(corrupted)})
+    ctx.write_metrics({f"n_{name}": n for name, n in sizes.items()} | {"n_corrupted_sets": len(corrupted)})
+
+
+def load_splits(data_dir) -> dict:
+    return load_torch(data_dir / "splits.pt")
+
+
+def load_corrupted(data_dir) -> dict[str, torch.Tensor]:
+    return load_torch(data_dir / "corrupted_test.pt")
+
+
+def shift_pool(data_dir, data_cfg) -> torch.Tensor:
+    """Unlabelled corrupted test images that the robustness arm adapts to (transductive)."""
+    corrupted = load_corrupted(data_dir)
+    return torch.cat([corrupted[f"{name}_{data_cfg.shift_severity}"] for name in data_cfg.shift_corruptions])
+
+
+def augment(x: torch.Tensor, aug, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Random resized crop + small rotation (one affine warp per image), then pixel noise."""
+    b = x.shape[0]
+    lo, hi = aug.crop_scale
+
+    def uniform(low, high):
+        return low + (high - low) * torch.rand(b, generator=generator)
+
+    scale = uniform(lo, hi).sqrt()                       # side fraction of the crop
+    angle = uniform(-aug.rotation_deg, aug.rotation_deg) * math.pi / 180
+    shift = (1 - scale).unsqueeze(1) * (2 * torch.rand(b, 2, generator=generator) - 1)
+    cos, sin = torch.cos(angle) * scale, torch.sin(angle) * scale
+    theta = torch.stack([torch.stack([cos, -sin, shift[:, 0]], 1), torch.stack([sin, cos, shift[:, 1]], 1)], 1)
+    grid = F.affine_grid(theta, list(x.shape), align_corners=False)
+    out = F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+    if aug.noise_std > 0:
+        out = out + aug.noise_std * torch.randn(out.shape, generator=generator)
+    return out.clamp(0, 1)
+
+
+def batches(n: int, batch: int, generator: torch.Generator):
+    """Endless random index batches (reshuffled each epoch, last partial batch dropped)."""
+    batch = min(batch, n)
+    while True:
+        perm = torch.randperm(n, generator=generator)
+        for start in range(0, n - batch + 1, batch):
+            yield perm[start:start + batch]

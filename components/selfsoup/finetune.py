@@ -1,0 +1,76 @@
+"""Fine-tuning with labels: encoder (stock, an ingredient, or a self-soup) + the shared head init.
+
+Each model is trained once per learning rate of the grid; the learning rate is chosen on the
+validation split (the official code picks the best *test* checkpoint; we do not).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from components.common.io import load_torch, save_torch, write_json_atomic
+from components.common.seeds import seed_everything
+from components.common.soups import uniform_soup
+from components.common.train import fit
+from components.selfsoup.data import augment, batches, load_splits
+from components.selfsoup.ssl import build_encoder, start
+from components.selfsoup.vit import Classifier, predict_logits
+
+
+def initial_encoder_state(name: str, seed: int, cfg, inputs) -> dict:
+    """Where fine-tuning starts for ``name`` (see FineTune.models in config.py)."""
+    key = f"-{seed}"
+    if name == "stock":
+        return load_torch(inputs["pretrain_stock"][str(seed)] / "encoder.pt")
+    if name == "selfsoup_shift":
+        dirs = [inputs["inter_train_shift"][n + key] for n in cfg.robustness.ingredients]
+    elif name == "selfsoup_clean":
+        dirs = [inputs["inter_train"][n + key] for n in cfg.robustness.ingredients]
+    else:
+        return load_torch(inputs["inter_train"][name + key] / "encoder.pt")
+    return uniform_soup([load_torch(d / "encoder.pt") for d in dirs])
+
+
+def build_classifier(cfg, image_size: int, encoder_state: dict, head_state: dict) -> Classifier:
+    encoder = build_encoder(cfg.model, image_size)
+    encoder.load_state_dict(encoder_state)
+    model = Classifier(encoder, cfg.model.num_classes)
+    model.head.load_state_dict(head_state)
+    return model
+
+
+def accuracy(model, x: torch.Tensor, y: torch.Tensor) -> float:
+    return float((predict_logits(model, x).argmax(-1) == y).float().mean())
+
+
+def fine_tune(model: Classifier, train: dict, ft, lr: float, ctx=None, prefix: str = "ft") -> None:
+    steps = ft.epochs * max(1, len(train["x"]) // ft.batch)
+    stream = (idx for idx in batches(len(train["x"]), ft.batch, torch.default_generator))
+
+    def loss_fn(m, idx):
+        return F.cross_entropy(m(augment(train["x"][idx], ft.augment)), train["y"][idx])
+
+    fit(model, stream, loss_fn, steps=steps, lr=lr, weight_decay=ft.weight_decay,
+        warmup=int(ft.warmup_frac * steps), ctx=ctx, prefix=prefix, log_every=max(1, steps // 10))
+
+
+def fine_tune_stage(cfg, ctx) -> None:
+    name, seed = ctx.item["model"], ctx.item["seed"]
+    start(seed)
+    splits = load_splits(ctx.inputs["prepare_data"])
+    train, val = splits["train"], splits["val"]
+    encoder_state = initial_encoder_state(name, seed, cfg, ctx.inputs)
+    head_state = load_torch(ctx.inputs["pretrain_stock"][str(seed)] / "head_init.pt")
+    best = None
+    val_accs = {}
+    for lr in cfg.finetune.lrs:
+        seed_everything(seed)  # same batches and augmentations for every lr of the grid
+        model = build_classifier(cfg, train["x"].shape[-1], encoder_state, head_state)
+        fine_tune(model, train, cfg.finetune, lr, ctx, prefix=f"ft_lr{lr:g}")
+        val_accs[lr] = accuracy(model, val["x"], val["y"])
+        if best is None or val_accs[lr] > val_accs[best[0]]:
+            best = (lr, model.state_dict())
+    summary = {"val_acc": val_accs[best[0]], "lr": best[0]} | {f"val_acc_lr{lr:g}": a for lr, a in val_accs.items()}
+    save_torch(ctx.out_dir / "model.pt", best[1])
+    write_json_atomic(ctx.out_dir / "val.json", summary)  # read by the soup stage
+    ctx.write_metrics(summary)

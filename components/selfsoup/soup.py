@@ -1,0 +1,62 @@
+"""Souping the fine-tuned ingredients: uniform soup, greedy soup (validation-ordered), and the
+midpoint loss barriers that say whether ingredients share a basin."""
+from __future__ import annotations
+
+import itertools
+
+import torch
+import torch.nn.functional as F
+
+from components.common.io import load_torch, read_json, save_torch, write_json_atomic
+from components.common.soups import greedy_soup, interpolate, uniform_soup
+from components.selfsoup.data import load_splits
+from components.selfsoup.ssl import build_encoder, start
+from components.selfsoup.vit import Classifier, predict_logits
+
+
+def classifier(cfg, image_size: int, state: dict) -> Classifier:
+    model = Classifier(build_encoder(cfg.model, image_size), cfg.model.num_classes)
+    model.load_state_dict(state)
+    return model
+
+
+def evaluate_model(model, x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
+    logits = predict_logits(model, x)
+    return {"acc": float((logits.argmax(-1) == y).float().mean()), "nll": float(F.cross_entropy(logits, y))}
+
+
+def evaluate_state(cfg, state: dict, x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
+    return evaluate_model(classifier(cfg, x.shape[-1], state), x, y)
+
+
+def midpoint_barrier(cfg, a: dict, b: dict, x: torch.Tensor, y: torch.Tensor) -> float:
+    """Loss at the midpoint of the segment minus the mean loss of its endpoints (nats)."""
+    ends = [evaluate_state(cfg, s, x, y)["nll"] for s in (a, b)]
+    return evaluate_state(cfg, interpolate(a, b, 0.5), x, y)["nll"] - sum(ends) / 2
+
+
+def soup_stage(cfg, ctx) -> None:
+    seed = ctx.item["seed"]
+    start(seed)
+    splits = load_splits(ctx.inputs["prepare_data"])
+    val, test = splits["val"], splits["test"]
+    names = list(cfg.inter_train.ingredients)
+    dirs = [ctx.inputs["fine_tune"][f"{n}-{seed}"] for n in names]
+    states = [load_torch(d / "model.pt") for d in dirs]
+    val_scores = [read_json(d / "val.json")["val_acc"] for d in dirs]
+
+    soups = {"uniform_soup": uniform_soup(states)}
+    soups["greedy_soup"], kept = greedy_soup(states, val_scores,
+                                             lambda s: evaluate_state(cfg, s, val["x"], val["y"])["acc"])
+    for soup_name, state in soups.items():
+        save_torch(ctx.out_dir / f"{soup_name}.pt", state)
+
+    # barriers are a diagnostic (nothing is selected on them), measured on test
+    barriers = {f"{names[i]}__{names[j]}": midpoint_barrier(cfg, states[i], states[j], test["x"], test["y"])
+                for i, j in itertools.combinations(range(len(names)), 2)}
+    summary = {"greedy_kept": [names[i] for i in kept], "barriers": barriers}
+    write_json_atomic(ctx.out_dir / "soup.json", summary)
+    metrics = {f"{k}_val_acc": evaluate_state(cfg, s, val["x"], val["y"])["acc"] for k, s in soups.items()}
+    if barriers:
+        metrics |= {"barrier_mean": sum(barriers.values()) / len(barriers), "barrier_max": max(barriers.values())}
+    ctx.write_metrics(metrics | {"greedy_n_kept": len(kept)})

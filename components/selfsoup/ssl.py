@@ -1,0 +1,181 @@
+"""Cooking: MAE pre-training of the stock, then SSL inter-training of ingredients.
+
+Every ingredient starts from the same stock encoder; only its SSL objective, its
+hyper-parameters and the unlabelled data it sees differ. Heads are discarded afterwards.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from components.common.io import load_torch, save_torch
+from components.common.seeds import seed_everything
+from components.common.train import fit, make_optimizer
+from components.selfsoup import losses
+from components.selfsoup.data import augment, batches, load_splits, shift_pool
+from components.selfsoup.knn import knn_accuracy
+from components.selfsoup.vit import Encoder, MAEDecoder, embed, mlp, patchify
+
+
+def start(seed: int) -> None:
+    # tiny models: one thread per stage instance beats contention between parallel instances
+    torch.set_num_threads(1)
+    seed_everything(seed)
+
+
+def build_encoder(model_cfg, image_size: int) -> Encoder:
+    return Encoder(image_size, model_cfg.patch, model_cfg.dim, model_cfg.depth, model_cfg.heads)
+
+
+def build_decoder(model_cfg, encoder: Encoder) -> MAEDecoder:
+    return MAEDecoder(encoder.num_patches, model_cfg.dim, model_cfg.decoder_dim, model_cfg.decoder_depth,
+                      heads=2, patch=model_cfg.patch)
+
+
+class MAE(nn.Module):
+    def __init__(self, encoder: Encoder, decoder: MAEDecoder, mask_ratio: float, aug=None):
+        super().__init__()
+        self.encoder, self.decoder, self.mask_ratio, self.aug = encoder, decoder, mask_ratio, aug
+
+    def loss(self, x: torch.Tensor) -> torch.Tensor:
+        if self.aug is not None:
+            x = augment(x, self.aug)
+        b, n = x.shape[0], self.encoder.num_patches
+        n_keep = max(1, int(round(n * (1 - self.mask_ratio))))
+        keep = torch.rand(b, n).argsort(dim=1)[:, :n_keep]
+        masked = torch.ones(b, n, dtype=torch.bool).scatter(1, keep, False)
+        pred = self.decoder(self.encoder.tokens(x, keep), keep, n)
+        return losses.mae_loss(pred, patchify(x, self.encoder.patch), masked)
+
+
+class MoCo(nn.Module):
+    """Predictor on view 1 vs a stop-grad pass of the *same* encoder on view 2."""
+
+    def __init__(self, encoder: Encoder, temperature: float, aug):
+        super().__init__()
+        dim = encoder.norm.normalized_shape[0]
+        self.encoder, self.head, self.temperature, self.aug = encoder, mlp(dim, 4 * dim, dim), temperature, aug
+
+    def loss(self, x: torch.Tensor) -> torch.Tensor:
+        q = self.head(self.encoder(augment(x, self.aug)))
+        with torch.no_grad():
+            k = self.encoder(augment(x, self.aug))
+        return losses.info_nce(q, k, self.temperature)
+
+
+class MMCR(nn.Module):
+    def __init__(self, encoder: Encoder, local: bool, aug):
+        super().__init__()
+        dim = encoder.norm.normalized_shape[0]
+        self.encoder, self.head, self.local, self.aug = encoder, mlp(dim, 4 * dim, dim), local, aug
+
+    def loss(self, x: torch.Tensor) -> torch.Tensor:
+        z1 = self.head(self.encoder(augment(x, self.aug)))
+        with torch.no_grad():  # second view under stop-grad, as in the official code
+            z2 = self.head(self.encoder(augment(x, self.aug)))
+        return losses.mmcr_loss(z1, z2, self.local)
+
+
+class LeJEPA(nn.Module):
+    def __init__(self, encoder: Encoder, lam: float, views: int, num_slices: int, aug):
+        super().__init__()
+        dim = encoder.norm.normalized_shape[0]
+        self.encoder, self.head = encoder, mlp(dim, 4 * dim, dim)
+        self.lam, self.views, self.num_slices, self.aug = lam, views, num_slices, aug
+
+    def loss(self, x: torch.Tensor) -> torch.Tensor:
+        z = self.head(self.encoder(augment(x.repeat(self.views, 1, 1, 1), self.aug)))
+        return losses.lejepa_loss(z.view(self.views, x.shape[0], -1), self.lam, self.num_slices)
+
+
+def make_learner(recipe, encoder: Encoder, decoder: MAEDecoder | None, aug) -> nn.Module:
+    if recipe.algo == "mae":
+        return MAE(encoder, decoder, recipe.mask_ratio, aug)
+    if recipe.algo == "moco":
+        return MoCo(encoder, recipe.temperature, aug)
+    if recipe.algo == "mmcr":
+        return MMCR(encoder, recipe.local, aug)
+    if recipe.algo == "lejepa":
+        return LeJEPA(encoder, recipe.lam, recipe.views, recipe.num_slices, aug)
+    raise ValueError(f"unknown SSL algorithm {recipe.algo!r}")
+
+
+def train_ssl(learner: nn.Module, images: torch.Tensor, *, steps: int, batch: int, lr: float, head_lr: float,
+              weight_decay: float, warmup_frac: float, ctx=None, prefix: str = "ssl") -> list[dict]:
+    """Backbone and head get their own learning rates (two param groups, one schedule)."""
+    encoder_ids = {id(p) for p in learner.encoder.parameters()}
+    head_params = [p for p in learner.parameters() if id(p) not in encoder_ids]
+    groups = [{"params": list(learner.encoder.parameters()), "lr": lr}]
+    if head_params:
+        groups.append({"params": head_params, "lr": head_lr})
+    optimizer = make_optimizer(groups, lr=lr, weight_decay=weight_decay)
+    stream = (images[i] for i in batches(len(images), batch, torch.default_generator))
+    return fit(learner, stream, lambda model, x: model.loss(x), steps=steps, optimizer=optimizer,
+               warmup=int(warmup_frac * steps), ctx=ctx, prefix=prefix, log_every=max(1, steps // 20))
+
+
+def linear_probe_head(features: np.ndarray, labels: np.ndarray, c: float, num_classes: int) -> dict:
+    """Logistic-regression head on frozen stock features: the shared head init of every FT."""
+    from sklearn.linear_model import LogisticRegression
+
+    clf = LogisticRegression(C=c, max_iter=3000).fit(features, labels)
+    assert list(clf.classes_) == list(range(num_classes)), "every class needs a labelled example"
+    return {"weight": torch.tensor(clf.coef_, dtype=torch.float32),
+            "bias": torch.tensor(clf.intercept_, dtype=torch.float32)}
+
+
+def pretrain_stock_stage(cfg, ctx) -> None:
+    seed = ctx.item["seed"]
+    start(seed)
+    splits = load_splits(ctx.inputs["prepare_data"])
+    pool = splits["pool"]["x"]
+    encoder = build_encoder(cfg.model, pool.shape[-1])
+    decoder = build_decoder(cfg.model, encoder)
+    s = cfg.stock
+    learner = MAE(encoder, decoder, s.mask_ratio, aug=None)  # plain MAE, no view augmentation
+    records = train_ssl(learner, pool, steps=s.steps, batch=s.batch, lr=s.lr, head_lr=s.lr,
+                        weight_decay=s.weight_decay, warmup_frac=0.05, ctx=ctx, prefix="stock")
+    train, val = splits["train"], splits["val"]
+    head = linear_probe_head(embed(encoder, train["x"]).numpy(), train["y"].numpy(), s.probe_c,
+                             cfg.model.num_classes)
+    val_feats = embed(encoder, val["x"])
+    probe_acc = float(((val_feats @ head["weight"].T + head["bias"]).argmax(-1) == val["y"]).float().mean())
+    save_torch(ctx.out_dir / "encoder.pt", encoder.state_dict())
+    save_torch(ctx.out_dir / "decoder.pt", decoder.state_dict())
+    save_torch(ctx.out_dir / "head_init.pt", head)
+    ctx.write_metrics({"mae_loss": records[-1]["stock/loss"] if records else float("nan"),
+                       "probe_val_acc": probe_acc,
+                       "knn_val_acc": knn_accuracy(embed(encoder, train["x"]), train["y"], val_feats, val["y"])})
+
+
+def _inter_train(cfg, ctx, images: torch.Tensor, steps: int, prefix: str) -> None:
+    name, seed = ctx.item["ingredient"], ctx.item["seed"]
+    start(seed)
+    recipe = cfg.inter_train.recipes[name]
+    stock_dir = ctx.inputs["pretrain_stock"][str(seed)]
+    encoder = build_encoder(cfg.model, images.shape[-1])
+    encoder.load_state_dict(load_torch(stock_dir / "encoder.pt"))
+    decoder = None
+    if recipe.algo == "mae":  # MAE ingredients continue from the stock's own decoder
+        decoder = build_decoder(cfg.model, encoder)
+        decoder.load_state_dict(load_torch(stock_dir / "decoder.pt"))
+    it = cfg.inter_train
+    learner = make_learner(recipe, encoder, decoder, it.augment)
+    records = train_ssl(learner, images, steps=steps, batch=it.batch, lr=recipe.lr, head_lr=it.head_lr,
+                        weight_decay=it.weight_decay, warmup_frac=it.warmup_frac, ctx=ctx, prefix=prefix)
+    save_torch(ctx.out_dir / "encoder.pt", encoder.state_dict())  # heads are discarded
+    ctx.write_metrics({"final_loss": records[-1][f"{prefix}/loss"] if records else float("nan"),
+                       "algo": recipe.algo})
+
+
+def inter_train_stage(cfg, ctx) -> None:
+    """Ingredient from the clean unlabelled pool."""
+    pool = load_splits(ctx.inputs["prepare_data"])["pool"]["x"]
+    _inter_train(cfg, ctx, pool, cfg.inter_train.steps, prefix="ssl")
+
+
+def inter_train_shift_stage(cfg, ctx) -> None:
+    """Ingredient from unlabelled corrupted *test* images (transductive; never their labels)."""
+    images = shift_pool(ctx.inputs["prepare_data"], cfg.data)
+    _inter_train(cfg, ctx, images, cfg.robustness.steps, prefix="ssl_shift")

@@ -1,0 +1,50 @@
+"""selfsoup — "Self-Soupervision: Cooking Model Soups without Labels" (ICML 2026).
+
+stock (MAE) -> SSL ingredients (MAE, MoCoV3, MMCR, LeJEPA; clean pool and corrupted test) ->
+fine-tune -> uniform / greedy soups, label-free self-seasoning -> clean + corrupted evaluation.
+"""
+from flows.runtime.dag import Method, Resources, Stage
+
+M = "components.selfsoup"
+ONE_CPU = Resources(num_cpus=1)
+
+METHOD = Method(
+    name="selfsoup",
+    title="Model soups from self-supervised ingredients",
+    paper="https://arxiv.org/abs/2602.02890",
+    config=f"{M}.config:SelfsoupConfig",
+    stages=(
+        Stage("prepare_data", f"{M}.data:prepare_data_stage", params=("data",),
+              description="Digits splits (pool / train / val / test) and corrupted test sets"),
+        Stage("pretrain_stock", f"{M}.ssl:pretrain_stock_stage", params=("data", "model", "stock"),
+              deps=("prepare_data",), fan_out={"seed": "seeds"}, resources=ONE_CPU,
+              description="MAE stock on the unlabelled pool + linear-probe head init"),
+        Stage("inter_train", f"{M}.ssl:inter_train_stage", params=("data", "model", "inter_train"),
+              deps=("prepare_data", "pretrain_stock"),
+              fan_out={"ingredient": "inter_train.ingredients", "seed": "seeds"}, resources=ONE_CPU,
+              description="SSL ingredients on the clean unlabelled pool"),
+        Stage("inter_train_shift", f"{M}.ssl:inter_train_shift_stage",
+              params=("data", "model", "inter_train", "robustness"),
+              deps=("prepare_data", "pretrain_stock"),
+              fan_out={"ingredient": "robustness.ingredients", "seed": "seeds"}, resources=ONE_CPU,
+              description="SSL ingredients on unlabelled corrupted test images (transductive)"),
+        Stage("fine_tune", f"{M}.finetune:fine_tune_stage",
+              params=("data", "model", "robustness", "finetune"),
+              deps=("prepare_data", "pretrain_stock", "inter_train", "inter_train_shift"),
+              fan_out={"model": "finetune.models", "seed": "seeds"}, resources=ONE_CPU,
+              description="Label fine-tuning from stock / ingredient / self-soup, lr chosen on val"),
+        Stage("soup", f"{M}.soup:soup_stage", params=("model", "inter_train"),
+              deps=("prepare_data", "fine_tune"), fan_out={"seed": "seeds"}, resources=ONE_CPU,
+              description="Uniform and greedy soups of the fine-tuned ingredients; loss barriers"),
+        Stage("self_season", f"{M}.season:self_season_stage", params=("model", "inter_train", "season"),
+              deps=("prepare_data", "pretrain_stock", "inter_train"), fan_out={"seed": "seeds"},
+              resources=ONE_CPU, description="Label-free mixing weights over stock + SSL ingredients"),
+        Stage("evaluate", f"{M}.evaluate:evaluate_stage", params=("data", "model", "finetune"),
+              deps=("prepare_data", "fine_tune", "soup"), fan_out={"seed": "seeds"}, resources=ONE_CPU,
+              description="Clean and per-corruption/severity test accuracy of every model"),
+        Stage("report", f"{M}.evaluate:report_stage",
+              params=("seeds", "model", "inter_train", "finetune", "data", "criteria"),
+              deps=("prepare_data", "fine_tune", "soup", "self_season", "evaluate"),
+              description="Pass criteria of CLAIMS.md over seeds"),
+    ),
+)
