@@ -1,0 +1,66 @@
+"""Stage compare: paired seed differences DAG-MoE vs the parameter-matched MoE and the pass
+criteria of CLAIMS.md (C1 wins in every seed, C2 mean relative gain, C3 OOD not worse)."""
+from __future__ import annotations
+
+import numpy as np
+
+from components.common.io import read_json, read_table, write_json_atomic
+from components.common.metrics import paired_difference
+
+TREATMENT, BASELINE = "dag_moe", "moe_shared"
+SPLITS = ("val_id", "val_ood")
+
+
+def losses_by_seed(rows: list[dict], variant: str, split: str) -> dict[int, float]:
+    return {int(r["seed"]): float(r[f"{split}_loss"]) for r in rows if r["variant"] == variant}
+
+
+def judge(rows: list[dict], seeds: list[int], min_rel: float, ood_slack: float) -> dict:
+    """Paired comparison on exactly ``seeds`` (all of them; a missing seed fails the claim)."""
+    out: dict = {"seeds": list(seeds), "splits": {}}
+    rel_all, wins_all = [], True
+    for split in SPLITS:
+        base, treat = losses_by_seed(rows, BASELINE, split), losses_by_seed(rows, TREATMENT, split)
+        missing = [s for s in seeds if s not in base or s not in treat]
+        if missing:
+            raise ValueError(f"compare: seeds {missing} lack a {BASELINE} or {TREATMENT} run")
+        b = np.array([base[s] for s in seeds])
+        t = np.array([treat[s] for s in seeds])
+        improvement = b - t  # positive = DAG-MoE better (lower loss)
+        rel = improvement / b
+        out["splits"][split] = {
+            "baseline_loss": b.tolist(), "dag_moe_loss": t.tolist(),
+            "improvement_nats": improvement.tolist(), "relative_improvement": rel.tolist(),
+            "paired": paired_difference(b, t),  # baseline - treatment, 'wins' = DAG-MoE wins
+        }
+        rel_all.extend(rel.tolist())
+        wins_all = wins_all and bool((improvement > 0).all())
+    id_gain = float(np.mean(out["splits"]["val_id"]["improvement_nats"]))
+    ood_gain = float(np.mean(out["splits"]["val_ood"]["improvement_nats"]))
+    out["criteria"] = {
+        "C1_wins_all_seeds_both_splits": wins_all,
+        "C2_mean_rel_improvement": float(np.mean(rel_all)),
+        "C2_pass": bool(np.mean(rel_all) >= min_rel),
+        "C3_ood_gain_minus_id_gain": ood_gain - id_gain,
+        "C3_pass": bool(ood_gain >= id_gain - ood_slack),
+    }
+    out["criteria"]["reproduced"] = all(
+        out["criteria"][k] for k in ("C1_wins_all_seeds_both_splits", "C2_pass", "C3_pass"))
+    return out
+
+
+def compare_stage(cfg, ctx) -> None:
+    table = read_table(ctx.inputs["evaluate"] / "evaluation.parquet").to_pylist()
+    routing = read_json(ctx.inputs["analyze_routing"] / "routing.json")["summary"]
+    result = judge(table, list(cfg.seeds), cfg.claims.min_mean_rel_improvement,
+                   cfg.claims.ood_slack_nats)
+    result["routing"] = routing
+    write_json_atomic(ctx.out_dir / "comparison.json", result)
+    metrics = {k: (float(v) if isinstance(v, (bool, float, int)) else v)
+               for k, v in result["criteria"].items()}
+    for split in SPLITS:
+        paired = result["splits"][split]["paired"]
+        metrics[f"{split}/improvement_mean"] = paired["mean"]
+        metrics[f"{split}/improvement_std"] = paired["std"]
+        metrics[f"{split}/dag_moe_wins"] = paired["wins"]
+    ctx.write_metrics(metrics)

@@ -1,0 +1,84 @@
+"""The three language models compared here: one decoder, three feed-forward slots.
+
+- ``moe``: top-K MoE with the standard gate-weighted sum.
+- ``moe_shared``: the same plus an always-on shared expert sized to the DAG module's parameter
+  count (the parameter-matched baseline; the paper's point is structure, not parameters).
+- ``dag_moe``: the same router and experts, aggregated by the DAG module.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from components.common.transformer import Decoder, DecoderShape, count_parameters, lm_loss
+from components.dagmoe.moe import (DagAggregation, MoELayer, MoEShape, SumAggregation,
+                                   matched_shared_width)
+
+VARIANTS = ("moe", "moe_shared", "dag_moe")
+
+
+def moe_shape(m) -> MoEShape:
+    return MoEShape(d_model=m.d_model, n_experts=m.n_experts, d_expert=m.d_expert,
+                    top_k=m.top_k, renormalize_topk=m.renormalize_topk)
+
+
+def make_aggregation(variant: str, m) -> nn.Module:
+    if variant == "moe":
+        return SumAggregation(m.d_model)
+    if variant == "moe_shared":
+        return SumAggregation(m.d_model, matched_shared_width(
+            m.d_model, m.d_graph, m.dag_rounds, m.vector_gate))
+    if variant == "dag_moe":
+        return DagAggregation(m.d_model, m.top_k, m.d_graph, m.dag_rounds, m.vector_gate)
+    raise ValueError(f"unknown variant {variant!r}; choose one of {VARIANTS}")
+
+
+def build_model(variant: str, m, vocab_size: int) -> Decoder:
+    """``m`` is the ``model`` config section (or anything with the same attributes)."""
+    shape = DecoderShape(vocab_size=vocab_size, d_model=m.d_model, n_layers=m.n_layers,
+                         n_heads=m.n_heads, context=m.context)
+    # Without the outer residual, only DAG-MoE keeps the token path (through its x/K injection).
+    ffn_residual = m.outer_residual or variant != "dag_moe"
+    return Decoder(shape, lambda _: MoELayer(moe_shape(m), make_aggregation(variant, m)),
+                   ffn_residual=ffn_residual)
+
+
+def moe_layers(model: nn.Module) -> list[MoELayer]:
+    return [mod for mod in model.modules() if isinstance(mod, MoELayer)]
+
+
+def training_loss(model: nn.Module, batch, load_balance_coef: float, z_loss_coef: float):
+    """Next-token cross-entropy plus the routers' load-balance and z-losses."""
+    x, y = batch
+    loss = lm_loss(model(x), y)
+    for layer in moe_layers(model):
+        loss = loss + load_balance_coef * layer.aux["load_balance"] + z_loss_coef * layer.aux["z_loss"]
+    return loss
+
+
+def parameter_report(m, vocab_size: int) -> dict[str, int]:
+    """Total trainable parameters of every variant (built on the fly; cheap at any size we run)."""
+    return {v: count_parameters(build_model(v, m, vocab_size)) for v in VARIANTS}
+
+
+def check_parameter_match(m, vocab_size: int, tolerance: float) -> dict[str, Any]:
+    """Raise unless DAG-MoE and the shared-expert baseline have the same size within tolerance."""
+    counts = parameter_report(m, vocab_size)
+    gap = abs(counts["dag_moe"] - counts["moe_shared"]) / counts["moe_shared"]
+    if gap > tolerance:
+        raise ValueError(f"parameter mismatch {gap:.2%} > {tolerance:.0%}: {counts}")
+    return {"params": counts, "param_gap": gap}
+
+
+@torch.no_grad()
+def mean_loss(model: nn.Module, windows: torch.Tensor, batch_size: int) -> float:
+    """Mean next-token cross-entropy (nats/token) over ``windows`` (n, context+1)."""
+    model.eval()
+    total, count = 0.0, 0
+    for start in range(0, len(windows), batch_size):
+        chunk = windows[start:start + batch_size]
+        total += lm_loss(model(chunk[:, :-1]), chunk[:, 1:]).item() * chunk[:, 1:].numel()
+        count += chunk[:, 1:].numel()
+    return total / max(count, 1)
