@@ -1,0 +1,147 @@
+"""evaluate (test metrics of every trained run) and compare (pass criteria, table, plot)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from components.common.io import load_torch, read_json, read_table, write_json_atomic, write_table
+from components.common.metrics import summarize
+from components.ioadam import tasks
+from components.ioadam.data import load_corpus, load_digits_splits
+from components.ioadam.training import build_lm
+
+
+# -- evaluate ----------------------------------------------------------------------------------
+
+def _load_model(model: torch.nn.Module, run_dir: Path) -> torch.nn.Module:
+    model.load_state_dict(load_torch(Path(run_dir) / "model.pt"))
+    return model.eval()
+
+
+def evaluate_stage(cfg, ctx) -> None:
+    torch.set_num_threads(cfg.device.threads)
+    splits = load_digits_splits(ctx.inputs["prepare_digits"])
+    corpus = load_corpus(ctx.inputs["prepare_corpus"])
+    rows: list[dict[str, Any]] = []
+    for run_dir in ctx.inputs["train_digits"].values():
+        run = read_json(Path(run_dir) / "run.json")
+        test = tasks.digits_scores(_load_model(tasks.MLP(cfg.digits.sizes), run_dir),
+                                   splits["x_test"], splits["y_test"])
+        rows.append(_row("digits", run, val=run["val_acc"], test=test["acc"], test_loss=test["loss"]))
+    c = cfg.charlm
+    for run_dir in ctx.inputs["train_charlm"].values():
+        run = read_json(Path(run_dir) / "run.json")
+        loss = tasks.lm_eval_loss(_load_model(build_lm(c), run_dir), corpus["test"], c.seq_len, c.eval_windows)
+        rows.append(_row("charlm", run, val=run["val_loss"], test=loss, test_loss=loss))
+    write_table(ctx.out_dir / "results.parquet", {k: [r[k] for r in rows] for k in rows[0]})
+    ctx.write_metrics({f"{r['task']}/{r['optimizer']}/seed{r['seed']}/test": r["test"] for r in rows})
+
+
+def _row(task: str, run: dict, val: float, test: float, test_loss: float) -> dict[str, Any]:
+    """``val``/``test``: accuracy for digits, mean next-byte loss for the char LM."""
+    return {"task": task, "optimizer": run["optimizer"], "seed": int(run["seed"]), "lr": float(run["lr"]),
+            "val": float(val), "test": float(test), "test_loss": float(test_loss),
+            "state_bytes_matrix": int(run["state_bytes_matrix"]),
+            "state_bytes_total": int(run["state_bytes_total"])}
+
+
+# -- compare -----------------------------------------------------------------------------------
+
+def per_optimizer(results: list[dict], task: str) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for name in sorted({r["optimizer"] for r in results if r["task"] == task}):
+        runs = sorted((r for r in results if r["task"] == task and r["optimizer"] == name),
+                      key=lambda r: r["seed"])
+        out[name] = {"test": summarize([r["test"] for r in runs]), "seeds": [r["seed"] for r in runs],
+                     "lr": runs[0]["lr"], "state_bytes_matrix": runs[0]["state_bytes_matrix"]}
+    return out
+
+
+def check_criteria(results: list[dict], memory: list[dict], crit) -> dict[str, Any]:
+    """Evaluate C1-C4 of CLAIMS.md for every IO-Adam variant that was trained."""
+    digits, lm = per_optimizer(results, "digits"), per_optimizer(results, "charlm")
+    checks: dict[str, Any] = {}
+    for task, table in (("digits", digits), ("charlm", lm)):
+        adam_mem = next(m for m in memory if m["task"] == task and m["optimizer"] == "adam")
+        for name in (n for n in table if n.startswith("ioadam")):
+            mem = next((m for m in memory if m["task"] == task and m["optimizer"] == name), None)
+            counted = table[name]["state_bytes_matrix"]
+            saving = 1 - counted / table["adam"]["state_bytes_matrix"]
+            formula_ok = mem is not None and mem["formula_state_bytes_matrix"] == counted
+            checks[f"C1/{task}/{name}"] = {"saving": saving, "matches_formula": formula_ok,
+                                           "pass": saving >= crit.state_saving_min and formula_ok}
+            if mem is not None:
+                checks[f"R1/{task}/{name}"] = {"total_peak_saving": mem["total_peak_bytes_saving_vs_adam"],
+                                               "adam_total_peak_bytes": adam_mem["total_peak_bytes"],
+                                               "total_peak_bytes": mem["total_peak_bytes"]}
+    for name in (n for n in digits if n.startswith("ioadam")):
+        io = 100 * digits[name]["test"]["mean"]
+        gap = 100 * digits["adam"]["test"]["mean"] - io
+        checks[f"C2/{name}"] = {"adam_minus_ioadam_points": gap, "pass": gap <= crit.acc_gap_max_points}
+        for base, cid in (("sgd", "C3"), ("sgdm", "C3m")):
+            if base in digits:
+                margin = io - 100 * digits[base]["test"]["mean"]
+                checks[f"{cid}/{name}"] = {f"ioadam_minus_{base}_points": margin,
+                                           "pass": margin >= crit.sgd_margin_points}
+    for name in (n for n in lm if n.startswith("ioadam")):
+        ratio = lm[name]["test"]["mean"] / lm["adam"]["test"]["mean"]
+        checks[f"C4/{name}"] = {"loss_ratio_vs_adam": ratio, "pass": ratio <= crit.lm_loss_ratio_max}
+    return {"checks": checks, "digits": digits, "charlm": lm}
+
+
+def markdown_table(report: dict[str, Any], memory: list[dict]) -> str:
+    lines = ["| task | optimizer | lr | test (mean ± std over seeds) | matrix state bytes | step peak bytes | peak saving vs Adam | step time / Adam |",
+             "|---|---|---|---|---|---|---|---|"]
+    for task, metric in (("digits", "acc"), ("charlm", "loss")):
+        for name, s in report[task].items():
+            mem = next((m for m in memory if m["task"] == task and m["optimizer"] == name), {})
+            t = s["test"]
+            lines.append(f"| {task} | {name} | {s['lr']:g} | {metric} {t['mean']:.4f} ± {t['std']:.4f} (n={t['n']}) "
+                         f"| {s['state_bytes_matrix']:,} | {mem.get('total_peak_bytes', float('nan')):,.0f} "
+                         f"| {mem.get('total_peak_bytes_saving_vs_adam', float('nan')):.1%} "
+                         f"| {mem.get('step_time_ratio_vs_adam', float('nan')):.2f} |")
+    lines += ["", "| criterion | numbers | pass |", "|---|---|---|"]
+    for cid, check in report["checks"].items():
+        nums = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                         for k, v in check.items() if k != "pass")
+        lines.append(f"| {cid} | {nums} | {check.get('pass', 'reported')} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_quality_vs_memory(report: dict[str, Any], path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, task, label in ((axes[0], "digits", "test accuracy"), (axes[1], "charlm", "test loss (nats/byte)")):
+        for name, s in report[task].items():
+            ax.errorbar(s["state_bytes_matrix"] / 1024, s["test"]["mean"], yerr=s["test"]["std"],
+                        fmt="o", capsize=3)
+            ax.annotate(name, (s["state_bytes_matrix"] / 1024, s["test"]["mean"]), fontsize=8)
+        ax.set_xlabel("optimizer state of matrix params (KiB)")
+        ax.set_ylabel(label)
+        ax.set_title(task)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def compare_stage(cfg, ctx) -> None:
+    results = read_table(Path(ctx.inputs["evaluate"]) / "results.parquet").to_pylist()
+    memory = read_table(Path(ctx.inputs["memory_profile"]) / "memory.parquet").to_pylist()
+    report = check_criteria(results, memory, cfg.criteria)
+    write_json_atomic(ctx.out_dir / "report.json", report)
+    (ctx.out_dir / "table.md").write_text(markdown_table(report, memory))
+    plot_quality_vs_memory(report, ctx.out_dir / "quality_vs_memory.png")
+    for name in ("table.md", "quality_vs_memory.png"):
+        ctx.log_artifact(ctx.out_dir / name)
+    metrics = {}
+    for cid, check in report["checks"].items():
+        for k, v in check.items():
+            metrics[f"{cid}/{k}"] = v if not isinstance(v, (bool, np.bool_)) else bool(v)
+    metrics["all_pass"] = all(c["pass"] for c in report["checks"].values() if "pass" in c)
+    ctx.write_metrics(metrics)

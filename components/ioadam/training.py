@@ -1,0 +1,135 @@
+"""lr sweep and training stages for both tasks; the loop itself is components.common.train.fit."""
+from __future__ import annotations
+
+import math
+from typing import Iterator
+
+import numpy as np
+import torch
+
+from components.common.io import read_json, save_torch, write_json_atomic
+from components.common.seeds import seed_everything
+from components.common.train import fit
+from components.ioadam import tasks
+from components.ioadam.data import load_corpus, load_digits_splits
+from components.ioadam.optim import IOAdam, build_optimizer, linear_weights, state_bytes
+
+# Clipping needs the global gradient norm, which fused IO-Adam never materialises, so nobody clips.
+GRAD_CLIP = None
+
+
+def _on_device(batches: Iterator, device: str) -> Iterator:
+    for batch in batches:
+        yield tuple(t.to(device) for t in batch) if isinstance(batch, tuple) else batch.to(device)
+
+
+def _setup(device_cfg, seed: int) -> np.random.Generator:
+    torch.set_num_threads(device_cfg.threads)
+    return seed_everything(seed)
+
+
+def _finish(optimizer) -> None:
+    if isinstance(optimizer, IOAdam):
+        optimizer.detach()         # restore plain nn.Linear forwards before saving / evaluating
+
+
+def _state_summary(model, optimizer) -> dict[str, int]:
+    return {"state_bytes_matrix": state_bytes(optimizer, linear_weights(model)),
+            "state_bytes_total": state_bytes(optimizer)}
+
+
+# -- digits ------------------------------------------------------------------------------------
+
+def digits_steps(d, n_train: int) -> int:
+    return d.epochs * (n_train // d.batch_size)
+
+
+def run_digits(d, device_cfg, splits, name: str, lr: float, seed: int, ctx=None, prefix="train"):
+    """Train the digits MLP with one optimizer; returns (model, optimizer, val scores)."""
+    rng = _setup(device_cfg, seed)
+    dev = device_cfg.device
+    model = tasks.MLP(d.sizes).to(dev)
+    optimizer = build_optimizer(name, model, lr)
+    batches = tasks.epoch_batches(splits["x_train"], splits["y_train"], d.batch_size, rng)
+    fit(model, _on_device(batches, dev), tasks.classify_loss, steps=digits_steps(d, len(splits["y_train"])),
+        optimizer=optimizer, grad_clip=GRAD_CLIP, ctx=ctx, prefix=prefix, log_every=20)
+    _finish(optimizer)
+    return model.cpu(), optimizer, tasks.digits_scores(model.cpu(), splits["x_val"], splits["y_val"])
+
+
+def sweep_digits_stage(cfg, ctx) -> None:
+    d, name = cfg.digits, ctx.item["optimizer"]
+    splits = load_digits_splits(ctx.inputs["prepare_digits"])
+    rows = []
+    for i, lr in enumerate(d.lr_grid):
+        _, _, val = run_digits(d, cfg.device, splits, name, lr, cfg.sweep.seed)
+        rows.append({"lr": lr, "val_acc": val["acc"], "val_loss": val["loss"]})
+        ctx.log_metrics({"sweep/val_acc": val["acc"], "sweep/val_loss": val["loss"]}, step=i)
+        ctx.progress(i + 1, len(d.lr_grid), f"{name} lr={lr:g} val_acc={val['acc']:.4f}")
+    # best validation accuracy; ties (360 val images) broken by the lower validation loss
+    best = max(rows, key=lambda r: (_finite(r["val_acc"], -1), -_finite(r["val_loss"], math.inf)))
+    write_json_atomic(ctx.out_dir / "sweep.json", {"optimizer": name, "rows": rows, "best_lr": best["lr"]})
+    ctx.write_metrics({"best_lr": best["lr"], "best_val_acc": best["val_acc"]})
+
+
+def train_digits_stage(cfg, ctx) -> None:
+    name, seed = ctx.item["optimizer"], ctx.item["seed"]
+    splits = load_digits_splits(ctx.inputs["prepare_digits"])
+    lr = read_json(ctx.inputs["sweep_digits"][name] / "sweep.json")["best_lr"]
+    model, optimizer, val = run_digits(cfg.digits, cfg.device, splits, name, lr, seed, ctx=ctx)
+    save_torch(ctx.out_dir / "model.pt", model.state_dict())
+    summary = {"optimizer": name, "seed": seed, "lr": lr, "val_acc": val["acc"], "val_loss": val["loss"],
+               **_state_summary(model, optimizer)}
+    write_json_atomic(ctx.out_dir / "run.json", summary)
+    ctx.write_metrics({k: v for k, v in summary.items() if k != "optimizer"})
+
+
+# -- char LM -----------------------------------------------------------------------------------
+
+def build_lm(c) -> tasks.CharLM:
+    return tasks.CharLM(d_model=c.d_model, n_heads=c.n_heads, n_layers=c.n_layers, seq_len=c.seq_len)
+
+
+def run_charlm(c, device_cfg, corpus, name: str, lr: float, seed: int, steps: int, ctx=None,
+               prefix="train"):
+    """Train the byte LM with one optimizer; returns (model, optimizer, val loss)."""
+    _setup(device_cfg, seed)
+    dev = device_cfg.device
+    model = build_lm(c).to(dev)
+    optimizer = build_optimizer(name, model, lr)
+    gen = torch.Generator().manual_seed(seed)
+    batches = tasks.lm_batches(corpus["train"], c.batch_size, c.seq_len, gen)
+    fit(model, _on_device(batches, dev), tasks.lm_loss, steps=steps, warmup=min(c.warmup, steps // 2),
+        optimizer=optimizer, grad_clip=GRAD_CLIP, ctx=ctx, prefix=prefix, log_every=20)
+    _finish(optimizer)
+    val = tasks.lm_eval_loss(model, corpus["val"].to(dev), c.seq_len, c.eval_windows)
+    return model.cpu(), optimizer, val
+
+
+def sweep_charlm_stage(cfg, ctx) -> None:
+    c, name = cfg.charlm, ctx.item["optimizer"]
+    corpus = load_corpus(ctx.inputs["prepare_corpus"])
+    rows = []
+    for i, lr in enumerate(c.lr_grid):
+        _, _, val = run_charlm(c, cfg.device, corpus, name, lr, cfg.sweep.seed, c.sweep_steps)
+        rows.append({"lr": lr, "val_loss": val})
+        ctx.log_metric("sweep/val_loss", val, step=i)
+        ctx.progress(i + 1, len(c.lr_grid), f"{name} lr={lr:g} val_loss={val:.4f}")
+    best = min(rows, key=lambda r: _finite(r["val_loss"], math.inf))
+    write_json_atomic(ctx.out_dir / "sweep.json", {"optimizer": name, "rows": rows, "best_lr": best["lr"]})
+    ctx.write_metrics({"best_lr": best["lr"], "best_val_loss": best["val_loss"]})
+
+
+def train_charlm_stage(cfg, ctx) -> None:
+    c, name, seed = cfg.charlm, ctx.item["optimizer"], ctx.item["seed"]
+    corpus = load_corpus(ctx.inputs["prepare_corpus"])
+    lr = read_json(ctx.inputs["sweep_charlm"][name] / "sweep.json")["best_lr"]
+    model, optimizer, val = run_charlm(c, cfg.device, corpus, name, lr, seed, c.steps, ctx=ctx)
+    save_torch(ctx.out_dir / "model.pt", model.state_dict())
+    summary = {"optimizer": name, "seed": seed, "lr": lr, "val_loss": val, **_state_summary(model, optimizer)}
+    write_json_atomic(ctx.out_dir / "run.json", summary)
+    ctx.write_metrics({k: v for k, v in summary.items() if k != "optimizer"})
+
+
+def _finite(value: float, fallback: float) -> float:
+    return value if math.isfinite(value) else fallback

@@ -1,0 +1,49 @@
+"""ioadam — "IO-Adam: Rethinking Memory-Efficient Adaptive Optimizers from Gradient Computation".
+
+Adam's second moment rebuilt from running sums of squared inputs and squared output gradients;
+digits MLP and a byte-level LM, against Adam, Adafactor and SGD, with measured memory.
+"""
+from flows.runtime.dag import Method, Resources, Stage
+
+M = "components.ioadam"
+
+METHOD = Method(
+    name="ioadam",
+    title="IO-Adam: memory-efficient Adam from input and output gradients",
+    paper="https://openreview.net/forum?id=iCT5xdOlJH",
+    config=f"{M}.config:IOAdamConfig",
+    stages=(
+        Stage("prepare_digits", f"{M}.data:prepare_digits_stage", params=("digits",),
+              description="sklearn digits: stratified train/val/test split, standardised"),
+        Stage("prepare_corpus", f"{M}.data:prepare_corpus_stage", params=("charlm",),
+              description="Byte corpus of stdlib docstrings, whole modules held out for val/test"),
+        Stage("sweep_digits", f"{M}.training:sweep_digits_stage",
+              params=("digits", "sweep", "device"), deps=("prepare_digits",),
+              fan_out={"optimizer": "digits.optimizers"}, resources=Resources(num_cpus=1),
+              description="Same lr grid for every optimizer, chosen on validation accuracy"),
+        Stage("train_digits", f"{M}.training:train_digits_stage",
+              params=("digits", "seeds", "device"), deps=("prepare_digits", "sweep_digits"),
+              fan_out={"optimizer": "digits.optimizers", "seed": "seeds"},
+              resources=Resources(num_cpus=1),
+              description="MLP 64-256-256-10 with each optimizer and seed"),
+        Stage("sweep_charlm", f"{M}.training:sweep_charlm_stage",
+              params=("charlm", "sweep", "device"), deps=("prepare_corpus",),
+              fan_out={"optimizer": "charlm.optimizers"}, resources=Resources(num_cpus=1),
+              description="Same lr grid for every optimizer, chosen on validation loss"),
+        Stage("train_charlm", f"{M}.training:train_charlm_stage",
+              params=("charlm", "device"), deps=("prepare_corpus", "sweep_charlm"),
+              fan_out={"optimizer": "charlm.optimizers", "seed": "charlm.seeds"},
+              resources=Resources(num_cpus=1),
+              description="Byte-level transformer LM with each optimizer"),
+        Stage("memory_profile", f"{M}.memory:memory_profile_stage",
+              params=("digits", "charlm", "memory", "device"), resources=Resources(num_cpus=1),
+              description="Exact state/grad bytes, profiler-measured step peak, step-time ratios"),
+        Stage("evaluate", f"{M}.report:evaluate_stage",
+              params=("digits", "charlm", "device"),
+              deps=("prepare_digits", "prepare_corpus", "train_digits", "train_charlm"),
+              description="Test accuracy (digits) and held-out-module loss (char LM) of every run"),
+        Stage("compare", f"{M}.report:compare_stage", params=("criteria",),
+              deps=("evaluate", "memory_profile"),
+              description="Pass criteria of CLAIMS.md, quality-vs-memory table and plot"),
+    ),
+)
