@@ -1,0 +1,1 @@
+"""DomED: domain-aware ensemble distillation for domain generalization (ICML 2026), on RotatedDigits."""

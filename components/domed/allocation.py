@@ -1,0 +1,56 @@
+"""Which source domains each teacher trains on, and which teachers may score which sample.
+
+DomED trains one teacher per source domain and distils each sample only from the teachers that
+never saw the sample's domain. The mask built here is the whole mechanism: a teacher scoring
+its own training domain gives over-confident, shortcut-carrying targets (seen-domain KD).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from components.common.io import write_json_atomic
+
+FILE = "allocation.json"
+
+
+def teacher_domains(scheme: str, sources: list[int]) -> list[list[int]]:
+    """tau_m for every teacher m, given the source domains of one fold."""
+    if scheme == "single":
+        return [[d] for d in sources]
+    if scheme == "all":
+        return [list(sources)]
+    if scheme == "lodo":
+        return [[d for d in sources if d != held] for held in sources]
+    if scheme == "dual":  # neighbouring pairs on a ring, so every domain is seen by two teachers
+        return [sorted({sources[i], sources[(i + 1) % len(sources)]}) for i in range(len(sources))]
+    raise ValueError(f"unknown allocation scheme {scheme!r}")
+
+
+def unseen_teachers(taus: list[list[int]], domain: int) -> list[int]:
+    """U(d): indices of the teachers whose training domains exclude ``domain``."""
+    return [m for m, tau in enumerate(taus) if domain not in tau]
+
+
+def unseen_mask(sample_domains: np.ndarray, taus: list[list[int]]) -> np.ndarray:
+    """[N, M] bool: True where teacher m never trained on sample n's domain."""
+    seen = np.array([[d in tau for tau in taus] for d in np.asarray(sample_domains)], dtype=bool)
+    mask = ~seen.reshape(len(sample_domains), len(taus))
+    empty = ~mask.any(axis=1)
+    if empty.any():
+        raise ValueError(f"{int(empty.sum())} samples have no unseen teacher under this allocation")
+    return mask
+
+
+def allocate_stage(cfg, ctx) -> None:
+    n_domains = len(cfg.data.angles)
+    folds = {}
+    for test_env in cfg.data.test_envs:
+        sources = [d for d in range(n_domains) if d != test_env]
+        taus = teacher_domains(cfg.allocation.scheme, sources)
+        folds[str(test_env)] = {
+            "sources": sources,
+            "teachers": taus,
+            "unseen": {str(d): unseen_teachers(taus, d) for d in sources},
+        }
+    write_json_atomic(ctx.out_dir / FILE, folds)
+    ctx.write_metrics({"teachers_per_fold": len(next(iter(folds.values()))["teachers"])})

@@ -1,0 +1,126 @@
+"""Scoring on the held-out domain, and the pass criteria of CLAIMS.md over all folds.
+
+``evaluate`` is the only stage that reads test-domain rows (``test_split``).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+from scipy.special import softmax
+
+from components.common.io import load_torch, read_table, write_json_atomic, write_table
+from components.domed.data import load_domains, test_split
+from components.domed.losses import dirichlet_alpha
+from components.domed.models import predict_logits
+from components.domed.train import ENSEMBLE, STUDENT, _fold, fold_key, load_models
+from components.domed.uncertainty import (dirichlet_uncertainty, ensemble_uncertainty, reliability,
+                                          softmax_uncertainty)
+
+ROWS = "rows.parquet"
+METRICS = ("acc", "nll", "ece", "prr", "auroc")
+
+
+def score_fold(cfg, ensemble: dict, students: dict[str, dict], x: np.ndarray, y: np.ndarray) -> dict:
+    """{method: reliability metrics} for the baselines and every student variant."""
+    bins = cfg.evaluation.ece_bins
+    members = [predict_logits(m, x).numpy() for m in load_models(cfg, ensemble["states"])]
+    member_probs = softmax(np.stack(members), axis=-1)
+    erm_scaled = members[0] / ensemble["temperature"]
+    results = {
+        "erm": reliability(member_probs[0], y, softmax_uncertainty(members[0]), bins),
+        "erm_ts": reliability(softmax(erm_scaled, axis=-1), y, softmax_uncertainty(erm_scaled), bins),
+        "ensemble": reliability(member_probs.mean(0), y, ensemble_uncertainty(member_probs), bins),
+    }
+    for variant, state in students.items():
+        logits = predict_logits(load_models(cfg, [state])[0], x)
+        alpha = dirichlet_alpha(logits, cfg.student.logit_clip).double().numpy()
+        results[variant] = reliability(softmax(logits.numpy(), axis=-1), y, dirichlet_uncertainty(alpha), bins)
+    return results
+
+
+def evaluate_stage(cfg, ctx) -> None:
+    test_env, seed = _fold(ctx)
+    key = fold_key(test_env, seed)
+    test = test_split(load_domains(ctx.inputs["build_domains"]), test_env)
+    ensemble = load_torch(ctx.inputs["train_erm"][key] / ENSEMBLE)
+    students = {v: load_torch(ctx.inputs["train_student"][f"{v}-{key}"] / STUDENT)
+                for v in cfg.student.variants}
+    results = score_fold(cfg, ensemble, students, test.x, test.y)
+    rows = [{"method": method, "test_env": test_env, "angle": float(cfg.data.angles[test_env]),
+             "seed": seed, **values} for method, values in results.items()]
+    write_table(ctx.out_dir / ROWS, pd.DataFrame(rows))
+    ctx.write_metrics({f"{method}/{name}": values[name] for method, values in results.items()
+                       for name in METRICS})
+
+
+def standard_error(values: pd.Series) -> float:
+    return float(values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else 0.0
+
+
+def summary_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """Mean and standard error over all (test domain, seed) folds, per method."""
+    out = {}
+    for method, group in rows.groupby("method", sort=False):
+        out[method] = {**{m: group[m].mean() for m in METRICS},
+                       **{f"{m}_se": standard_error(group[m]) for m in METRICS}, "n": len(group)}
+    return pd.DataFrame(out).T
+
+
+def per_domain_table(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
+    return rows.pivot_table(index="method", columns="angle", values=metric, aggfunc="mean", sort=False)
+
+
+def pass_criteria(rows: pd.DataFrame, ev) -> dict:
+    """D1-D4 of CLAIMS.md on means over all folds (+ per-fold paired differences)."""
+    s = summary_table(rows)
+    d, erm, kd, end2 = s.loc["domed"], s.loc["erm"], s.loc["kd_seen"], s.loc["end2_only"]
+    paired = rows.pivot_table(index=["test_env", "seed"], columns="method", values=["ece", "acc"])
+    return {
+        "D1_ece_ratio_vs_erm": float(d.ece / erm.ece),
+        "D1_pass": bool(d.ece <= ev.d1_ece_ratio * erm.ece and d.nll < erm.nll),
+        "D2_acc_gap_vs_erm": float(d.acc - erm.acc),
+        "D2_pass": bool(d.acc >= erm.acc - ev.d2_acc_margin),
+        "D3_ece_gap_vs_kd_seen": float(d.ece - kd.ece),
+        "D3_pass": bool(d.ece < kd.ece),
+        "D4_acc_gap_vs_end2": float(d.acc - end2.acc),
+        "D4_prr_gap_vs_erm": float(d.prr - erm.prr),
+        "D4_pass": bool(d.acc >= end2.acc - ev.d4_acc_margin and d.prr >= erm.prr),
+        "folds_domed_ece_below_erm": int((paired["ece"]["domed"] < paired["ece"]["erm"]).sum()),
+        "folds": int(len(paired)),
+    }
+
+
+def aggregate_stage(cfg, ctx) -> None:
+    rows = pd.concat([read_table(p / ROWS).to_pandas() for p in ctx.inputs["evaluate"].values()],
+                     ignore_index=True)
+    write_table(ctx.out_dir / "all_rows.parquet", rows)
+    summary = summary_table(rows)
+    criteria = pass_criteria(rows, cfg.evaluation)
+    report = ["## Mean over test domains x seeds (standard error)", "",
+              _markdown(summary, METRICS), ""]
+    for metric in ("acc", "ece", "nll"):
+        report += [f"## {metric} per test domain (mean over seeds)", "",
+                   _pivot_markdown(per_domain_table(rows, metric)), ""]
+    (ctx.out_dir / "results.md").write_text("\n".join(report))
+    write_json_atomic(ctx.out_dir / "summary.json",
+                      {"methods": summary.to_dict(orient="index"), "criteria": criteria})
+    ctx.log_artifact(ctx.out_dir / "results.md")
+    ctx.write_metrics({**criteria, **{f"{m}/{k}": float(summary.loc[m, k])
+                                      for m in summary.index for k in METRICS}})
+
+
+def _markdown(summary: pd.DataFrame, names) -> str:
+    lines = ["| method | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    for method, row in summary.iterrows():
+        cells = [f"{row[n]:.3f} ± {row[n + '_se']:.3f}" for n in names]
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _pivot_markdown(table: pd.DataFrame) -> str:
+    lines = ["| method | " + " | ".join(f"{c:g}°" for c in table.columns) + " |",
+             "|---" * (len(table.columns) + 1) + "|"]
+    for method, row in table.iterrows():
+        lines.append(f"| {method} | " + " | ".join(f"{v:.3f}" for v in row) + " |")
+    return "\n".join(lines)

@@ -1,0 +1,47 @@
+"""domed — "DomED: Redesigning Ensemble Distillation for Domain Generalization" (ICML 2026).
+
+Leave-one-domain-out on RotatedDigits: single-domain teachers, distillation of each sample
+from the teachers that never saw its domain, decoupled Dirichlet (EnD^2) term, baselines at
+equal step budget. The outer loop is test_env x seed; teachers are shared across variants.
+"""
+from flows.runtime.dag import Method, Resources, Stage
+
+M = "components.domed"
+FOLD = {"test_env": "data.test_envs", "seed": "seeds"}
+ONE_CPU = Resources(num_cpus=1)
+
+METHOD = Method(
+    name="domed",
+    title="Domain-aware ensemble distillation (DomED) for domain generalization",
+    paper="https://icml.cc/virtual/2026/poster/60567",
+    config=f"{M}.config:DomedConfig",
+    stages=(
+        Stage("build_domains", f"{M}.data:build_domains_stage", params=("data",),
+              description="RotatedDigits: 6 rotation domains with in/out splits"),
+        Stage("allocate", f"{M}.allocation:allocate_stage", params=("data", "allocation"),
+              description="Teacher domain subsets tau_m and unseen teachers U(d) per fold"),
+        Stage("train_teachers", f"{M}.train:train_teachers_stage",
+              params=("data", "model", "optim", "seeds"), deps=("build_domains", "allocate"),
+              fan_out=FOLD, resources=ONE_CPU,
+              description="One ERM teacher per source domain"),
+        Stage("train_erm", f"{M}.train:train_erm_stage",
+              params=("data", "model", "optim", "baselines", "seeds"), deps=("build_domains",),
+              fan_out=FOLD, resources=ONE_CPU,
+              description="Deep ensemble of ERMs on all sources (member 0 = ERM) + temperature"),
+        Stage("teacher_predict", f"{M}.train:teacher_predict_stage",
+              params=("data", "model", "seeds"),
+              deps=("build_domains", "train_teachers", "train_erm"), fan_out=FOLD, resources=ONE_CPU,
+              description="Teacher logits on source rows with the per-sample unseen-teacher mask"),
+        Stage("train_student", f"{M}.train:train_student_stage",
+              params=("data", "model", "optim", "student", "seeds"),
+              deps=("build_domains", "teacher_predict"),
+              fan_out={"variant": "student.variants", **FOLD}, resources=ONE_CPU,
+              description="DomED and distillation baselines (beta=0, EnD2-only, seen-domain KD)"),
+        Stage("evaluate", f"{M}.evaluate:evaluate_stage",
+              params=("data", "model", "student", "evaluation", "seeds"),
+              deps=("build_domains", "train_erm", "train_student"), fan_out=FOLD, resources=ONE_CPU,
+              description="acc, NLL, ECE, PRR, AUROC on the held-out domain"),
+        Stage("aggregate", f"{M}.evaluate:aggregate_stage", params=("data", "evaluation", "seeds"),
+              deps=("evaluate",), description="Mean +- s.e. over folds, per-domain tables, D1-D4"),
+    ),
+)
