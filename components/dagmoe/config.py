@@ -59,6 +59,7 @@ class Eval(Section):
     max_tokens: int = 40_000        # per validation split, non-overlapping windows
     batch_size: int = 64
     throughput_batches: int = 20    # timed forward passes per variant in analyze_routing
+    threads: int = 1                # small models: extra OpenMP threads only add contention
 
 
 class Claims(Section):

@@ -32,6 +32,7 @@ def validation_windows(corpus_dir: Path, context: int, max_tokens: int) -> dict[
 
 
 def evaluate_stage(cfg, ctx) -> None:
+    torch.set_num_threads(cfg.eval.threads)
     rows = []
     runs = ctx.inputs["train"]
     for i, key in enumerate(sorted(runs)):
@@ -101,6 +102,7 @@ def forward_tokens_per_second(model: torch.nn.Module, windows: torch.Tensor, bat
 
 
 def analyze_routing_stage(cfg, ctx) -> None:
+    torch.set_num_threads(cfg.eval.threads)
     runs = ctx.inputs["train"]
     report, throughput, step_time = {}, {}, {}
     for i, key in enumerate(sorted(runs)):
