@@ -13,7 +13,7 @@ from components.common.io import load_torch, read_table, write_json_atomic, writ
 from components.domed.data import load_domains, test_split
 from components.domed.losses import dirichlet_alpha
 from components.domed.models import predict_logits
-from components.domed.train import ENSEMBLE, STUDENT, _fold, fold_key, load_models
+from components.domed.train import ENSEMBLE, STUDENT, fold_item, fold_key, load_models
 from components.domed.uncertainty import (dirichlet_uncertainty, ensemble_uncertainty, reliability,
                                           softmax_uncertainty)
 
@@ -40,7 +40,7 @@ def score_fold(cfg, ensemble: dict, students: dict[str, dict], x: np.ndarray, y:
 
 
 def evaluate_stage(cfg, ctx) -> None:
-    test_env, seed = _fold(ctx)
+    test_env, seed = fold_item(ctx)
     key = fold_key(test_env, seed)
     test = test_split(load_domains(ctx.inputs["build_domains"]), test_env)
     ensemble = load_torch(ctx.inputs["train_erm"][key] / ENSEMBLE)

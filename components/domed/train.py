@@ -71,13 +71,14 @@ def cross_entropy_loss(split: Split):
     return lambda model, rows: F.cross_entropy(model(x[rows]), y[rows])
 
 
-def _fold(ctx) -> tuple[int, int]:
+def fold_item(ctx) -> tuple[int, int]:
+    """(test_env, seed) of this fan-out instance; also pins torch to the one CPU it was given."""
     torch.set_num_threads(1)  # one Ray CPU per instance; more threads only oversubscribe
     return int(ctx.item["test_env"]), int(ctx.item["seed"])
 
 
 def train_teachers_stage(cfg, ctx) -> None:
-    test_env, seed = _fold(ctx)
+    test_env, seed = fold_item(ctx)
     arrays = load_domains(ctx.inputs["build_domains"])
     taus = read_json(ctx.inputs["allocate"] / ALLOCATION)[str(test_env)]["teachers"]
     states, val_accs = [], []
@@ -104,7 +105,7 @@ def fit_temperature(logits: np.ndarray, labels: np.ndarray, grid: tuple[float, f
 def train_erm_stage(cfg, ctx) -> None:
     """Deep ensemble of ERMs on all source domains; member 0 is the ERM baseline, and the
     whole ensemble is also the teacher set of seen-domain KD."""
-    test_env, seed = _fold(ctx)
+    test_env, seed = fold_item(ctx)
     arrays = load_domains(ctx.inputs["build_domains"])
     train, val = source_split(arrays, test_env, "in"), source_split(arrays, test_env, "out")
     states, val_accs = [], []
@@ -133,7 +134,7 @@ def load_models(cfg, states: list[dict]) -> list[torch.nn.Module]:
 def teacher_predict_stage(cfg, ctx) -> None:
     """Logits of every teacher on every source row, plus who may teach which row:
     ``unseen`` (single-domain teachers, masked by domain) and ``seen`` (ERM ensemble, all)."""
-    test_env, seed = _fold(ctx)
+    test_env, seed = fold_item(ctx)
     key = fold_key(test_env, seed)
     arrays = load_domains(ctx.inputs["build_domains"])
     rows = np.flatnonzero(arrays["domain"] != test_env)  # source rows only, in and out
@@ -180,7 +181,7 @@ def student_data(predictions: dict, arrays: dict, test_env: int, teachers: str, 
 
 
 def train_student_stage(cfg, ctx) -> None:
-    test_env, seed = _fold(ctx)
+    test_env, seed = fold_item(ctx)
     variant = ctx.item["variant"]
     spec, student = cfg.student.specs[variant], cfg.student
     arrays = load_domains(ctx.inputs["build_domains"])

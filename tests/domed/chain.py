@@ -11,7 +11,7 @@ from components.domed import allocation, data, evaluate, train
 from components.domed.config import DomedConfig
 
 
-def run_chain(cfg: DomedConfig, root: Path, log=print) -> dict:
+def run_chain(cfg: DomedConfig, root: Path, log=print, aggregate: bool = True) -> dict:
     root = Path(root)
     folds = list(itertools.product(cfg.data.test_envs, cfg.seeds))
     key = lambda *values: "-".join(str(v) for v in values)  # noqa: E731
@@ -47,6 +47,8 @@ def run_chain(cfg: DomedConfig, root: Path, log=print) -> dict:
                               "train_student": fan("train_student", student_keys)},
                              item, f"evaluate@{key(e, s)}").summary
         log(f"fold {key(e, s)} done; stage seconds so far {timings}")
+    if not aggregate:
+        return {"aggregate": {}, "folds": out, "timings": timings}
     agg = run("aggregate", evaluate.aggregate_stage, {"evaluate": fan("evaluate", fold_keys)})
     return {"aggregate": agg.summary, "folds": out, "timings": timings}
 
@@ -55,9 +57,11 @@ if __name__ == "__main__":
     import json
     import sys
 
-    profile, root = sys.argv[1], Path(sys.argv[2])
+    # python -m tests.domed.chain PROFILE ROOT [TEST_ENV ...]  (a subset of folds skips aggregate)
+    profile, root, envs = sys.argv[1], Path(sys.argv[2]), [int(e) for e in sys.argv[3:]]
     t0 = time.time()
-    result = run_chain(DomedConfig.for_profile(profile), root)
+    cfg = DomedConfig.for_profile(profile, {"data": {"test_envs": envs}} if envs else None)
+    result = run_chain(cfg, root, aggregate=not envs)
     result["wall_s"] = time.time() - t0
     print(json.dumps(result["aggregate"], indent=1))
     print("wall", result["wall_s"], result["timings"])

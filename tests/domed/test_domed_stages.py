@@ -8,6 +8,8 @@ from components.common.context import LocalContext
 from components.common.io import load_torch, read_table, write_table
 from components.domed import allocation, data, train
 from components.domed.config import DomedConfig
+from flows.domed import METHOD
+from flows.runtime.dag import DeclaredParams
 
 TEST_ENV = 2
 TINY = {"seeds": [0], "data": {"test_envs": [TEST_ENV]},
@@ -23,7 +25,7 @@ def cfg():
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, cfg):
     out = tmp_path_factory.mktemp("domed") / "build_domains"
-    data.build_domains_stage(cfg, LocalContext(out_dir=out))
+    data.build_domains_stage(declared(cfg, "build_domains"), LocalContext(out_dir=out))
     return out
 
 
@@ -48,6 +50,11 @@ def test_source_split_never_returns_the_test_domain(built):
         data.source_split(arrays, TEST_ENV, "in", domains=[TEST_ENV])
 
 
+def declared(cfg, stage):
+    """The config as the runtime hands it to ``stage``: undeclared params raise."""
+    return DeclaredParams(cfg, METHOD.stage(stage).params, stage)
+
+
 def _poison_test_domain(built, root):
     """A copy of the domains table whose test-domain images are NaN: any training or selection
     step that touches them produces non-finite weights."""
@@ -63,7 +70,7 @@ def _poison_test_domain(built, root):
 def test_no_test_domain_data_reaches_training_or_selection(built, cfg, tmp_path):
     poisoned = _poison_test_domain(built, tmp_path / "build_domains")
     item = {"test_env": TEST_ENV, "seed": 0}
-    allocation.allocate_stage(cfg, LocalContext(out_dir=tmp_path / "allocate"))
+    allocation.allocate_stage(declared(cfg, "allocate"), LocalContext(out_dir=tmp_path / "allocate"))
     base = {"build_domains": poisoned, "allocate": tmp_path / "allocate"}
     fold = f"{TEST_ENV}-0"
     ctxs = {}
@@ -74,11 +81,11 @@ def test_no_test_domain_data_reaches_training_or_selection(built, cfg, tmp_path)
          {"train_teachers": {fold: tmp_path / "train_teachers"}, "train_erm": {fold: tmp_path / "train_erm"}}),
     ]:
         ctxs[name] = LocalContext(out_dir=tmp_path / name, inputs={**base, **extra}, item=item)
-        func(cfg, ctxs[name])
+        func(declared(cfg, name), ctxs[name])
     for variant in cfg.student.variants:
         ctx = LocalContext(out_dir=tmp_path / f"student_{variant}", item={**item, "variant": variant},
                            inputs={**base, "teacher_predict": {fold: tmp_path / "teacher_predict"}})
-        train.train_student_stage(cfg, ctx)
+        train.train_student_stage(declared(cfg, "train_student"), ctx)
         state = load_torch(tmp_path / f"student_{variant}" / train.STUDENT)
         assert all(torch.isfinite(p).all() for p in state.values()), variant
 
