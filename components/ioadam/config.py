@@ -40,7 +40,7 @@ class CharLM(Section):
     warmup: int = 20
     eval_windows: int = 400
     optimizers: list[str] = ["adam", "ioadam_b4"]
-    lr_grid: list[float] = [1e-3, 3e-3, 1e-2, 3e-2]
+    lr_grid: list[float] = [3e-3, 1e-2, 3e-2, 1e-1]   # IO-Adam's V exceeds g^2 over many tokens: its best lr is larger
     seeds: list[int] = [0]
 
 
