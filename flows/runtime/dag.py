@@ -70,6 +70,9 @@ class Method:
     """``"components.<method>.config:<ConfigClass>"`` (a ``MethodConfig`` subclass)."""
     stages: tuple[Stage, ...]
     paper: str = ""
+    code: tuple[str, ...] | None = None
+    """Code paths (from the project root) whose change makes every stage stale; by default
+    ``components/<name>``, ``components/common`` and ``flows/<name>.py``."""
 
     def __post_init__(self) -> None:
         seen: set[str] = set()
@@ -94,6 +97,8 @@ class Method:
     @property
     def code_paths(self) -> tuple[str, ...]:
         """Code whose change makes every stage of the method stale (DVC deps)."""
+        if self.code is not None:
+            return self.code
         return (f"components/{self.name}", "components/common", f"flows/{self.name}.py")
 
     def descendants(self, names: set[str]) -> set[str]:

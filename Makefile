@@ -1,0 +1,35 @@
+# Quick start: `make run` (every method, small profile) and `make test`.
+PY      ?= python3.11
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+
+.PHONY: venv run test test-all gen status ui clean-venv
+
+$(STAMP): pyproject.toml
+	@command -v $(PY) >/dev/null || { echo "need $(PY) on PATH (or make PY=python3)"; exit 1; }
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	# torch first and pinned: a CPU wheel of this version lies on disk; anything else pulls CUDA
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+run: venv              ## every registered method at the default profile (small)
+	$(BIN)/repro run all
+
+test: venv             ## the CI suite: fast tests + every method's smoke run
+	$(BIN)/pytest -m "not slow" -q
+
+test-all: venv         ## everything, including slow tests and benchmarks
+	$(BIN)/pytest -q
+
+gen: venv              ## rewrite data/<m>/dvc.yaml from the flows/ declarations
+	$(BIN)/repro gen
+
+status: venv
+	$(BIN)/repro status
+
+ui: venv
+	$(BIN)/repro ui

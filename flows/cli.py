@@ -1,0 +1,205 @@
+"""``repro``: run, resume, inspect and compare method reproductions.
+
+Heavy libraries (torch, prefect, mlflow, ray) are imported inside the commands that need
+them, so ``repro status`` and a no-op ``repro run`` stay fast.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from typing import Any
+
+import yaml
+
+HELP = """Reproduce ICML 2026 methods as versioned, resumable pipelines.
+
+Each method is a DAG of stages. DVC decides what is stale and versions every stage's
+outputs, Prefect runs the stale stages (threads or Ray), MLflow records every run.
+
+examples:
+  repro list                               methods and their stages
+  repro run linrnn                         the default (small) profile; resumes if interrupted
+  repro run linrnn --profile smoke         a one-minute end-to-end check
+  repro run all --executor ray             every method, stages placed by Ray
+  repro run linrnn --force evaluate        re-run one stage even if it is up to date
+  repro run linrnn --set two_state.n_paths=5000 --seeds 0 1
+  repro status linrnn                      what is up to date / stale, and why (DVC's answer)
+  repro compare linrnn                     tracked runs side by side (params that differ, metrics)
+  repro ui --port 5000                     the MLflow UI on 127.0.0.1
+"""
+
+
+def parse_overrides(pairs: list[str], seeds: list[int] | None) -> dict[str, Any]:
+    """``a.b=value`` pairs (values parsed as YAML) into a nested dict."""
+    overrides: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--set expects KEY=VALUE, got {pair!r}")
+        node = overrides
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = yaml.safe_load(raw)
+    if seeds is not None:
+        overrides["seeds"] = seeds
+    return overrides
+
+
+def cmd_list(args: argparse.Namespace) -> None:
+    from flows.runtime import registry
+
+    for method in registry.all_methods():
+        print(f"{method.name:12s} {method.title}")
+        for stage in method.stages:
+            fan = f"  [fan-out over {', '.join(stage.fan_out)}]" if stage.fan_out else ""
+            print(f"    {stage.name}{fan}")
+
+
+def cmd_run(args: argparse.Namespace) -> None:
+    from pydantic import ValidationError
+
+    from flows.runtime import registry, runner
+
+    names = registry.method_names() if args.methods == ["all"] else args.methods
+    selection = runner.Selection(only=frozenset(args.only or ()), start=args.start,
+                                 force=frozenset(args.force or ()))
+    try:
+        runner.run(names, profile=args.profile, selection=selection,
+                   overrides=parse_overrides(args.set or [], args.seeds),
+                   executor=args.executor, ray_address=args.ray_address)
+    except ValidationError as err:
+        raise SystemExit(f"invalid params (nothing was run or written):\n{err}") from None
+    except runner.StageFailure as err:
+        raise SystemExit(f"[repro] {err}") from None
+
+
+def cmd_status(args: argparse.Namespace) -> None:
+    from flows.runtime import pipeline, registry, runner
+    from flows.runtime.dvc_bridge import DvcBridge
+    from flows.runtime.project import Project, set_offline_env
+
+    project = Project.find()
+    set_offline_env(project)
+    names = args.methods or registry.method_names()
+    bridge = DvcBridge(project.root)
+    try:
+        for name in names:
+            method = registry.get(name)
+            params = pipeline.read_params(project, method)
+            print(f"{name} (profile {params.get('profile')}):")
+            for stage in method.stages:
+                for inst in runner.instances(project, method, stage, params):
+                    status = bridge.status(inst.addr)
+                    state = "up to date" if status.up_to_date else "stale"
+                    print(f"  {inst.name:28s} {state}")
+                    for reason in status.reasons:
+                        print(f"      {reason}")
+    finally:
+        bridge.close()
+
+
+def cmd_compare(args: argparse.Namespace) -> None:
+    from flows.runtime.compare import compare_runs
+    from flows.runtime.project import Project, set_offline_env
+
+    project = Project.find()
+    set_offline_env(project)
+    print(compare_runs(project, args.method, last=args.last, metric_filter=args.metric))
+
+
+def cmd_ui(args: argparse.Namespace) -> None:
+    from flows.runtime.project import Project, set_offline_env
+
+    project = Project.find()
+    set_offline_env(project)
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", project.tracking_uri,
+               "--default-artifact-root", project.artifact_root,
+               "--host", "127.0.0.1", "--port", str(args.port), "--workers", "1"]
+    print(f"[repro] MLflow UI on http://127.0.0.1:{args.port} (Ctrl-C to stop)", flush=True)
+    raise SystemExit(subprocess.call(command, env=env))
+
+
+def cmd_gen(args: argparse.Namespace) -> None:
+    from flows.runtime import pipeline, registry
+    from flows.runtime.project import Project
+
+    project = Project.find()
+    for method in registry.all_methods():
+        changed = pipeline.write_pipeline(project, method)
+        if not project.params_file(method.name).is_file():
+            config = pipeline.build_config(method, "small")
+            pipeline.write_params(project, method, config, "small")
+            changed = True
+        print(f"{method.name}: {'written' if changed else 'up to date'}")
+
+
+def cmd_exec(args: argparse.Namespace) -> None:
+    """One stage instance, no Prefect or MLflow: the command DVC runs in ``dvc repro``."""
+    from flows.runtime.execute import run_stage
+    from flows.runtime.project import Project, set_offline_env
+
+    project = Project.find()
+    set_offline_env(project)
+
+    def progress(done: int, total: int, message: str = "") -> None:
+        print(f"[{args.stage}] {done}/{total} {message}", flush=True)
+
+    run_stage(project, args.method, args.stage, args.item, on_progress=progress)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="repro", description=HELP,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    sub.add_parser("list", help="registered methods and their stages").set_defaults(func=cmd_list)
+
+    run = sub.add_parser("run", help="run (or resume) methods: only stale stages execute")
+    run.add_argument("methods", nargs="+", metavar="METHOD", help="method name(s), or 'all'")
+    run.add_argument("--profile", choices=["smoke", "small", "paper"],
+                     help="params profile (default: 'profile' in params.yaml, i.e. small)")
+    run.add_argument("--only", action="append", metavar="STAGE", help="consider only this stage (repeatable)")
+    run.add_argument("--from", dest="start", metavar="STAGE", help="consider this stage and everything downstream")
+    run.add_argument("--force", action="append", metavar="STAGE", help="re-run this stage even if up to date")
+    run.add_argument("--executor", choices=["threads", "ray"], help="where tasks run (default from params.yaml)")
+    run.add_argument("--ray-address", metavar="ADDR", help="an existing Ray cluster (implies --executor ray)")
+    run.add_argument("--seeds", type=int, nargs="+", help="override the method's seeds")
+    run.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a param, e.g. train.lr=0.01")
+    run.set_defaults(func=cmd_run)
+
+    status = sub.add_parser("status", help="per stage: up to date or stale, and why (from DVC)")
+    status.add_argument("methods", nargs="*", metavar="METHOD")
+    status.set_defaults(func=cmd_status)
+
+    compare = sub.add_parser("compare", help="tracked runs of a method side by side")
+    compare.add_argument("method")
+    compare.add_argument("--last", type=int, default=10, help="how many recent runs (default 10)")
+    compare.add_argument("--metric", help="only metrics whose name contains this text")
+    compare.set_defaults(func=cmd_compare)
+
+    ui = sub.add_parser("ui", help="the MLflow UI on 127.0.0.1 over the project's tracking store")
+    ui.add_argument("--port", type=int, default=5000)
+    ui.set_defaults(func=cmd_ui)
+
+    gen = sub.add_parser("gen", help="write every method's data/<m>/dvc.yaml from its declaration")
+    gen.set_defaults(func=cmd_gen)
+
+    exe = sub.add_parser("exec", help="run one stage instance in place (used by dvc repro)")
+    exe.add_argument("method")
+    exe.add_argument("stage")
+    exe.add_argument("--item", help="fan-out item key")
+    exe.set_defaults(func=cmd_exec)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()

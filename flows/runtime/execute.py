@@ -1,0 +1,108 @@
+"""Run one stage instance: the same code path for Prefect tasks and for ``dvc repro``.
+
+The stage writes into a temp folder next to its output; only when the function returns is
+the old output replaced by a rename, so an interrupted stage (exception, ``kill -9``) never
+leaves anything that looks finished. Returns a small record for the driver (never tensors).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from components.common.context import LocalContext
+from components.common.io import write_json_atomic
+from flows.runtime import pipeline, registry
+from flows.runtime.dag import DeclaredParams, Method
+from flows.runtime.project import Project
+
+TMP_PREFIX = ".tmp-"
+
+
+@dataclass
+class StageRecord:
+    method: str
+    stage: str
+    item_key: str | None
+    started: float
+    ended: float
+    summary: dict[str, Any] = field(default_factory=dict)
+    history: list[tuple[str, float, int | None, float]] = field(default_factory=list)
+    artifacts: list[str] = field(default_factory=list)
+
+    @property
+    def instance(self) -> str:
+        return f"{self.stage}@{self.item_key}" if self.item_key else self.stage
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def stage_inputs(project: Project, method: Method, stage_name: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Output folders of the upstream stages; a fan-out upstream gives ``{item_key: Path}``
+    restricted to the items of the current config (stale leftovers are ignored)."""
+    inputs: dict[str, Any] = {}
+    fanouts = params.get(pipeline.FANOUT_KEY, {})
+    for dep in method.stage(stage_name).deps:
+        if method.stage(dep).fan_out:
+            inputs[dep] = {key: project.stage_out(method.name, dep, key) for key in fanouts[dep]}
+        else:
+            inputs[dep] = project.stage_out(method.name, dep)
+    return inputs
+
+
+def replace_dir(tmp: Path, final: Path) -> None:
+    if final.exists():
+        trash = final.with_name(f"{TMP_PREFIX}old-{final.name}-{uuid.uuid4().hex[:8]}")
+        os.replace(final, trash)
+        os.replace(tmp, final)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
+
+
+def clean_stale_temps(folder: Path) -> None:
+    """Remove temp folders left by a killed stage (they never count as outputs)."""
+    if folder.is_dir():
+        for child in folder.iterdir():
+            if child.name.startswith(TMP_PREFIX):
+                shutil.rmtree(child, ignore_errors=True)
+
+
+def run_stage(project: Project, method_name: str, stage_name: str, item_key: str | None = None,
+              on_progress: Callable[[int, int, str], None] | None = None) -> StageRecord:
+    method = registry.get(method_name)
+    stage = method.stage(stage_name)
+    params = pipeline.read_params(project, method)
+    config = pipeline.config_from_params(method, params)
+    item: dict[str, Any] = {}
+    if stage.fan_out:
+        items = params.get(pipeline.FANOUT_KEY, {}).get(stage_name, {})
+        if item_key not in items:
+            raise SystemExit(f"{method_name}.{stage_name}: item {item_key!r} not in {sorted(items)}")
+        item = items[item_key]
+
+    final = project.stage_out(method_name, stage_name, item_key)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale_temps(final.parent)
+    tmp = final.with_name(f"{TMP_PREFIX}{final.name}-{uuid.uuid4().hex[:8]}")
+    ctx = LocalContext(out_dir=tmp, inputs=stage_inputs(project, method, stage_name, params),
+                       item=item, on_progress=on_progress)
+    started = time.time()
+    try:
+        stage.load()(DeclaredParams(config, stage.params, stage_name), ctx)
+        if stage.metrics:
+            write_json_atomic(project.metrics_file(method_name, stage_name, item_key), ctx.summary)
+        replace_dir(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    # artifacts were logged at their temp path; they now live under the final folder
+    artifacts = [str(final / Path(a).relative_to(tmp)) if Path(a).is_relative_to(tmp) else str(a)
+                 for a in ctx.artifacts]
+    return StageRecord(method_name, stage_name, item_key, started, time.time(),
+                       summary=ctx.summary, history=ctx.history, artifacts=artifacts)

@@ -1,0 +1,224 @@
+"""The driver of ``repro run``: decide with DVC, execute with Prefect (threads or Ray),
+record with DVC and MLflow.
+
+1. Write the profile's params file and the pipeline file (pydantic validates first: a bad
+   key fails before anything is written).
+2. Plan, in the driver, with DVC only: in topological order a stage instance is up to date
+   (skip), restorable from DVC's run-cache (check out, record, skip), or runs. Anything
+   downstream of a stage that runs also runs. Nothing stale -> return before Prefect, Ray
+   or MLflow are even imported.
+3. Submit the instances as Prefect tasks with ``wait_for`` on their upstream instances;
+   independent stages and fan-out items run in parallel.
+4. As each task finishes the driver commits it to DVC (dvc.lock + run-cache) and logs the
+   MLflow child run. A failure stops only its downstream; what finished stays recorded, so
+   the next ``repro run`` resumes from there.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from flows.runtime import pipeline
+from flows.runtime.dag import Method, Stage
+from flows.runtime.dvc_bridge import DvcBridge, stage_addr
+from flows.runtime.project import Project, set_offline_env
+
+
+@dataclass(frozen=True)
+class Selection:
+    only: frozenset[str] = frozenset()
+    start: str | None = None          # --from: this stage and everything downstream
+    force: frozenset[str] = frozenset()
+
+    def stages(self, method: Method) -> list[Stage]:
+        for name in (*self.only, *self.force, *([self.start] if self.start else [])):
+            method.stage(name)  # unknown names fail with the list of stages
+        if self.only:
+            return [s for s in method.stages if s.name in self.only]
+        if self.start:
+            keep = method.descendants({self.start})
+            return [s for s in method.stages if s.name in keep]
+        return list(method.stages)
+
+
+@dataclass(frozen=True)
+class Instance:
+    stage: Stage
+    item_key: str | None
+    addr: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.stage.name}@{self.item_key}" if self.item_key else self.stage.name
+
+
+@dataclass
+class Plan:
+    method: Method
+    profile: str
+    params: dict[str, Any]
+    run: list[Instance] = field(default_factory=list)
+    reasons: dict[str, list[str]] = field(default_factory=dict)
+    restored: list[str] = field(default_factory=list)
+    up_to_date: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Outcome:
+    method: str
+    executed: list[str] = field(default_factory=list)
+    restored: list[str] = field(default_factory=list)
+    up_to_date: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    not_run: list[str] = field(default_factory=list)
+    parent_run_id: str | None = None
+
+
+def say(message: str) -> None:
+    print(f"[repro] {message}", flush=True)
+
+
+def instances(project: Project, method: Method, stage: Stage, params: dict[str, Any]) -> list[Instance]:
+    keys = list(params.get(pipeline.FANOUT_KEY, {}).get(stage.name, {})) if stage.fan_out else [None]
+    return [Instance(stage, k, stage_addr(project.root, method.name, stage.name, k)) for k in keys]
+
+
+def prepare(project: Project, method: Method, profile: str, overrides: dict[str, Any]) -> dict[str, Any]:
+    config = pipeline.build_config(method, profile, overrides)
+    config.preflight()
+    doc = pipeline.params_document(method, config, profile)
+    pipeline.write_pipeline(project, method)
+    pipeline.write_params(project, method, config, profile)
+    return doc
+
+
+def plan_method(project: Project, bridge: DvcBridge, method: Method, profile: str,
+                params: dict[str, Any], selection: Selection) -> Plan:
+    plan = Plan(method, profile, params)
+    running: set[str] = set()
+    for stage in selection.stages(method):
+        upstream_runs = [d for d in stage.deps if d in running]
+        for inst in instances(project, method, stage, params):
+            if stage.name in selection.force:
+                plan.reasons[inst.name] = ["forced (--force)"]
+            elif upstream_runs:
+                plan.reasons[inst.name] = [f"upstream re-runs: {', '.join(upstream_runs)}"]
+            else:
+                status = bridge.status(inst.addr)
+                if status.up_to_date:
+                    plan.up_to_date.append(inst.name)
+                    continue
+                if bridge.restore_from_run_cache(inst.addr):
+                    plan.restored.append(inst.name)
+                    continue
+                plan.reasons[inst.name] = list(status.reasons)
+            plan.run.append(inst)
+            running.add(stage.name)
+    return plan
+
+
+def prune_fanout_leftovers(project: Project, method: Method, params: dict[str, Any]) -> None:
+    """Item folders of a fan-out stage that the current config no longer has (e.g. a seed
+    removed) are deleted so downstream stages never read them; DVC's cache still holds them."""
+    for stage in method.stages:
+        if not stage.fan_out:
+            continue
+        current = set(params[pipeline.FANOUT_KEY][stage.name])
+        folder = project.stage_out(method.name, stage.name)
+        if folder.is_dir():
+            for child in folder.iterdir():
+                if child.is_dir() and not child.name.startswith(".") and child.name not in current:
+                    shutil.rmtree(child)
+
+
+def git_info(project: Project) -> dict[str, str]:
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=project.root, capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    sha = git("rev-parse", "HEAD") or "none"
+    dirty = bool(git("status", "--porcelain", "--untracked-files=no", "--", "components", "flows"))
+    return {"git_sha": sha, "git_dirty": str(dirty).lower()}
+
+
+def current_metrics(project: Project, method: Method, params: dict[str, Any]) -> dict[str, float]:
+    """Every stage's summary metrics as they stand after the run (for ``repro compare``)."""
+    from components.common.io import read_json
+    from flows.runtime.tracking import numeric_metrics
+
+    out: dict[str, float] = {}
+    for stage in method.stages:
+        if not stage.metrics:
+            continue
+        for inst in instances(project, method, stage, params):
+            path = project.metrics_file(method.name, stage.name, inst.item_key)
+            if path.is_file():
+                for key, value in numeric_metrics(read_json(path)).items():
+                    out[f"{inst.name}/{key}"] = value
+    return out
+
+
+def run(method_names: list[str], profile: str | None = None, selection: Selection = Selection(),
+        overrides: dict[str, Any] | None = None, executor: str | None = None,
+        ray_address: str | None = None, project: Project | None = None) -> list[Outcome]:
+    from flows.runtime import registry
+
+    project = project or Project.find()
+    set_offline_env(project)
+    settings = project.settings()
+    profile = profile or settings["profile"]
+    executor = executor or ("ray" if ray_address else settings["executor"])
+    methods = [registry.get(name) for name in method_names]
+    docs = {m.name: prepare(project, m, profile, overrides or {}) for m in methods}
+
+    bridge = DvcBridge(project.root)
+    outcomes = []
+    try:
+        for method in methods:
+            plan = plan_method(project, bridge, method, profile, docs[method.name], selection)
+            outcomes.append(execute(project, bridge, plan, executor, ray_address))
+    finally:
+        bridge.close()
+    return outcomes
+
+
+def report_plan(plan: Plan) -> None:
+    name = plan.method.name
+    if plan.up_to_date:
+        say(f"{name}: {len(plan.up_to_date)} stage(s) up to date: {', '.join(plan.up_to_date)}")
+    if plan.restored:
+        say(f"{name}: {len(plan.restored)} restored from DVC run-cache: {', '.join(plan.restored)}")
+    for inst in plan.run:
+        say(f"{name}: will run {inst.name} ({'; '.join(plan.reasons[inst.name])})")
+
+
+def execute(project: Project, bridge: DvcBridge, plan: Plan, executor: str,
+            ray_address: str | None) -> Outcome:
+    report_plan(plan)
+    outcome = Outcome(plan.method.name, restored=plan.restored, up_to_date=plan.up_to_date)
+    if not plan.run:
+        say(f"{plan.method.name}: nothing to run; executed 0 stages")
+        return outcome
+    prune_fanout_leftovers(project, plan.method, plan.params)
+    from flows.runtime.prefect_flow import run_flow  # imports prefect: only when work exists
+
+    run_flow(project, bridge, plan, outcome, executor, ray_address)
+    if outcome.failed:
+        raise StageFailure(outcome)
+    say(f"{plan.method.name}: executed {len(outcome.executed)} stage(s) "
+        f"(MLflow run {outcome.parent_run_id})")
+    return outcome
+
+
+class StageFailure(RuntimeError):
+    def __init__(self, outcome: Outcome):
+        self.outcome = outcome
+        super().__init__(
+            f"{outcome.method}: failed: {', '.join(outcome.failed)}"
+            + (f"; not run: {', '.join(outcome.not_run)}" if outcome.not_run else "")
+            + f". Finished stages are recorded; `repro run {outcome.method}` resumes from here.")

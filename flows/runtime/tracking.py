@@ -1,0 +1,107 @@
+"""MLflow records, written by the driver alone (one writer keeps sqlite happy).
+
+One experiment per method, one parent run per ``repro run``, one child run per executed
+stage instance. Explicit run ids through ``MlflowClient``: no fluent, thread-local state.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from typing import Any
+
+from flows.runtime.execute import StageRecord
+from flows.runtime.project import Project
+
+
+def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> dict[str, Any]:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
+    else:
+        out[prefix] = value
+    return out
+
+
+def numeric_metrics(summary: dict[str, Any]) -> dict[str, float]:
+    flat = _flatten("", summary, {})
+    return {k: float(v) for k, v in flat.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))}
+
+
+def _mlflow_key(key: str) -> str:
+    # MLflow allows alphanumerics, _ - . space / ; replace anything else
+    return "".join(c if c.isalnum() or c in "_-. /" else "_" for c in key)[:250]
+
+
+class Tracker:
+    def __init__(self, project: Project):
+        from mlflow import MlflowClient
+
+        self.project = project
+        self.client = MlflowClient(tracking_uri=project.tracking_uri)
+
+    def experiment_id(self, method: str) -> str:
+        found = self.client.get_experiment_by_name(method)
+        if found is not None:
+            return found.experiment_id
+        return self.client.create_experiment(
+            method, artifact_location=f"{self.project.artifact_root}/{method}")
+
+    def start_parent(self, method: str, profile: str, params: dict[str, Any], tags: dict[str, str]) -> str:
+        run = self.client.create_run(self.experiment_id(method), run_name=f"{method}-{profile}",
+                                     tags={"profile": profile, "method": method, **tags})
+        self._log_params(run.info.run_id, params)
+        return run.info.run_id
+
+    def _log_params(self, run_id: str, params: dict[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        flat = _flatten("", params, {})
+        entries = [Param(_mlflow_key(k), (v if isinstance(v, str) else json.dumps(v))[:6000])
+                   for k, v in flat.items()]
+        for i in range(0, len(entries), 100):
+            self.client.log_batch(run_id, params=entries[i:i + 100])
+
+    def log_stage(self, parent_id: str, record: StageRecord, params: dict[str, Any],
+                  dvc_info: dict[str, Any]) -> str:
+        from mlflow.entities import Dataset, DatasetInput, InputTag, Metric
+
+        experiment = self.experiment_id(record.method)
+        run = self.client.create_run(
+            experiment, start_time=int(record.started * 1000), run_name=record.instance,
+            tags={"mlflow.parentRunId": parent_id, "stage": record.stage,
+                  "item": record.item_key or "", "dvc.stage_hash": dvc_info.get("stage_hash") or ""})
+        run_id = run.info.run_id
+        self._log_params(run_id, params)
+        metrics = [Metric(_mlflow_key(name), value, int(ts * 1000), step or 0)
+                   for name, value, step, ts in record.history if math.isfinite(value)]
+        now = int(record.ended * 1000)
+        metrics += [Metric(_mlflow_key(k), v, now, 0) for k, v in numeric_metrics(record.summary).items()]
+        for i in range(0, len(metrics), 1000):
+            self.client.log_batch(run_id, metrics=metrics[i:i + 1000])
+        datasets = [
+            DatasetInput(Dataset(name=path, digest=md5[:36], source_type="dvc",
+                                 source=json.dumps({"path": path, "md5": md5})),
+                         tags=[InputTag("mlflow.data.context", "stage-input")])
+            for path, md5 in dvc_info.get("deps", {}).items() if md5
+        ]
+        if datasets:
+            self.client.log_inputs(run_id, datasets=datasets)
+        for artifact in record.artifacts:
+            self.client.log_artifact(run_id, artifact)
+        self.client.set_terminated(run_id, "FINISHED", end_time=now)
+        return run_id
+
+    def log_parent_metrics(self, parent_id: str, metrics: dict[str, float]) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        entries = [Metric(_mlflow_key(k), v, now, 0) for k, v in metrics.items()]
+        for i in range(0, len(entries), 1000):
+            self.client.log_batch(parent_id, metrics=entries[i:i + 1000])
+
+    def finish_parent(self, parent_id: str, ok: bool, tags: dict[str, str] | None = None) -> None:
+        for key, value in (tags or {}).items():
+            self.client.set_tag(parent_id, key, value)
+        self.client.set_terminated(parent_id, "FINISHED" if ok else "FAILED")
