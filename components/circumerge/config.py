@@ -1,0 +1,110 @@
+"""Params of the CircuMerge reproduction (our instantiation). Defaults are the ``small`` profile."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar, Literal, Optional
+
+from components.common.config import MethodConfig, Section
+
+
+class Data(Section):
+    kind: Literal["minilm", "digits", "external"] = "minilm"
+    # minilm: synthetic text tasks from tasks.py; digits: transformed sklearn digits
+    tasks: list[str] = ["sentiment", "topic", "tense", "question"]
+    n_train: int = 600
+    n_val: int = 100               # alpha is chosen here, never on test
+    n_test: int = 300
+    max_tokens: int = 24
+    data_seed: int = 0
+    adapters_root: Optional[str] = None   # paper profile: user-provided LoRA checkpoints
+
+
+class Model(Section):
+    first_adapted_layer: int = 3   # MiniLM layers below this are frozen and cached
+    n_layers: int = 6
+    lora_targets: list[str] = ["attention.self.query", "attention.self.value",
+                               "attention.output.dense", "intermediate.dense", "output.dense"]
+    rank: int = 8
+    lora_alpha: float = 16.0
+    head_scale: float = 20.0       # cosine-similarity head temperature (zero-shot head)
+    digits_hidden: int = 64
+    digits_pretrain_steps: int = 300
+
+
+class Train(Section):
+    steps: int = 120
+    batch_size: int = 32
+    lr: float = 2e-3
+    weight_decay: float = 0.0
+
+
+class Merge(Section):
+    spaces: list[str] = ["full", "core", "circumerge"]
+    rules: list[str] = ["ta", "ties", "tsv"]
+    ties_density: float = 0.2
+    tsv_fraction: Optional[float] = None   # None: 1/T of each task's directions
+    sketch_factor: float = 2.0             # s = c * Tr * ln(Tr) sampled rows / columns
+    target_rank: Optional[int] = None      # None: T*r (no truncation)
+    repeats: int = 5                       # merge time = median of repeats
+
+
+class Tune(Section):
+    alphas: list[float] = [0.5, 1.0, 1.5]  # same grid for every space and rule
+
+
+class Timing(Section):
+    """Synthetic factors at real layer shapes; wall time of each merge, I/O excluded."""
+    dim: int = 4096
+    n_tasks: int = 8
+    rank: int = 16
+    n_matrices: int = 4            # the paper's model has 32 layers x 7 matrices; we time a few
+    repeats: int = 5
+    threads: int = 2
+    rules: list[str] = ["ta", "ties", "tsv"]
+
+
+class Claims(Section):
+    accuracy_margin: float = 1.0   # points of normalised accuracy below Core Space allowed
+    time_ratio: float = 0.7        # CircuMerge / Core Space merge time at 4096-wide shapes
+
+
+class CircumergeConfig(MethodConfig):
+    seeds: list[int] = [0, 1, 2]   # transform + sampling seeds of CircuMerge
+    data: Data = Data()
+    model: Model = Model()
+    train: Train = Train()
+    merge: Merge = Merge()
+    tune: Tune = Tune()
+    timing: Timing = Timing()
+    claims: Claims = Claims()
+
+    SMOKE: ClassVar[dict] = {
+        "seeds": [0],
+        "data": {"kind": "digits", "tasks": ["permuted", "flipped", "rotated"],
+                 "n_train": 600, "n_val": 150, "n_test": 300},
+        "model": {"rank": 4, "lora_alpha": 4.0, "lora_targets": ["fc1", "fc2"],
+                  "digits_pretrain_steps": 200},
+        "train": {"steps": 200, "lr": 1e-2},
+        "merge": {"repeats": 2},
+        "tune": {"alphas": [0.5, 1.0]},
+        "timing": {"dim": 512, "n_tasks": 4, "rank": 8, "n_matrices": 1, "repeats": 2},
+    }
+    PAPER: ClassVar[dict] = {
+        "data": {"kind": "external",
+                 "tasks": ["cars", "dtd", "eurosat", "gtsrb", "mnist", "resisc45", "sun397", "svhn"]},
+        "model": {"rank": 16},
+        "timing": {"n_matrices": 224, "threads": 16},   # 32 layers x 7 matrices
+    }
+
+    def preflight(self) -> None:
+        if self.data.kind != "external":
+            return
+        root = self.data.adapters_root
+        if not root or not Path(root).is_dir():
+            raise FileNotFoundError(
+                f"paper profile needs the per-task LoRA checkpoints (KnOTS ViT-B/32 / ViT-L/14 or "
+                f"Llama-3-8B NLI): set data.adapters_root (now {root!r}) to a folder with one "
+                f"<task>.safetensors per task in data.tasks")
+        missing = [t for t in self.data.tasks if not (Path(root) / f"{t}.safetensors").exists()]
+        if missing:
+            raise FileNotFoundError(f"data.adapters_root={root!r} lacks {missing} (.safetensors)")
