@@ -1,0 +1,34 @@
+"""circumerge — "Sketch-Based Low-Rank Model Merging with Shared Circulant Transforms" (ICML 2026).
+
+CircuMerge (our instantiation): only the abstract is public, so the algorithm is our sketched
+Core Space (components/circumerge/sketch.py). Baselines: full-space and Core Space merging.
+"""
+from flows.runtime.dag import Method, Resources, Stage
+
+M = "components.circumerge"
+
+METHOD = Method(
+    name="circumerge",
+    title="CircuMerge (our instantiation): LoRA merging on circulant-transform sketches",
+    paper="https://icml.cc/virtual/2026/poster/60572",
+    config=f"{M}.config:CircumergeConfig",
+    stages=(
+        Stage("prepare_tasks", f"{M}.tasks:prepare_tasks_stage", params=("data", "model"),
+              description="Task splits, cached frozen lower layers, zero-shot heads"),
+        Stage("train_adapters", f"{M}.adapters:train_adapters_stage",
+              params=("data", "model", "train"), deps=("prepare_tasks",),
+              fan_out={"task": "data.tasks"}, resources=Resources(num_cpus=1),
+              description="One LoRA adapter per task (frozen head), individual accuracies"),
+        Stage("merge", f"{M}.merge:merge_stage", params=("data", "merge", "seeds"),
+              deps=("train_adapters",),
+              description="{TA, TIES, TSV} x {full, Core Space, CircuMerge}; merge time, effective rank"),
+        Stage("tune_alpha", f"{M}.evaluate:tune_alpha_stage", params=("data", "tune"),
+              deps=("prepare_tasks", "train_adapters", "merge"),
+              description="Scaling coefficient on validation, same grid for every merge"),
+        Stage("timing_benchmark", f"{M}.timing:timing_benchmark_stage", params=("timing", "merge"),
+              description="Core Space vs CircuMerge merge time at 4096-wide shapes (T=8, r=16)"),
+        Stage("evaluate", f"{M}.evaluate:evaluate_stage", params=("data", "merge", "claims"),
+              deps=("prepare_tasks", "train_adapters", "merge", "tune_alpha", "timing_benchmark"),
+              description="Test per-task and normalised accuracy; pass criteria of CLAIMS.md"),
+    ),
+)
