@@ -1,0 +1,46 @@
+"""End-to-end smoke run of selfsoup (smoke profile) through the runtime, in a temp project."""
+import math
+
+import pytest
+
+from components.common.io import read_json, read_table
+
+
+@pytest.mark.smoke
+def test_selfsoup_smoke_end_to_end(tmp_path):
+    from flows.runtime.testing import run_in_temp_project
+
+    result = run_in_temp_project("selfsoup", tmp_path / "proj", profile="smoke")
+    for stage in ("prepare_data", "report"):
+        assert stage in " ".join(result.executed)
+
+    table = read_table(result.out("selfsoup", "evaluate", "0") / "metrics.parquet").to_pandas()
+    models = {"stock", "mae_lr1", "moco_t0.1", "selfsoup_clean", "selfsoup_shift", "uniform_soup", "greedy_soup"}
+    assert set(table.model) == models
+    assert table.acc.between(0, 1).all() and table.nll.map(math.isfinite).all()
+    # clean + 7 corruptions x severities {1, 5} (+ the shift sets at severity 3)
+    assert set(table[table.model == "stock"].set) >= {"clean", "gaussian_noise_1", "pixelate_5", "contrast_3"}
+
+    season = read_json(result.out("selfsoup", "self_season", "0") / "season.json")
+    assert abs(sum(season["weights"].values()) - 1) < 1e-6
+
+    report = read_json(result.out("selfsoup", "report") / "report.json")
+    assert {"a", "b", "c", "d"} <= report.keys()
+    metrics = result.metrics("selfsoup", "report")
+    assert all(isinstance(metrics[f"pass_{c}"], bool) for c in "abcd")
+
+
+@pytest.mark.smoke
+def test_selfsoup_stage_functions_chain_with_local_context(tmp_path):
+    """The same DAG driven in-process with LocalContext: checks the stage contract without
+    the runtime (inputs layout, item keys, only declared params are read)."""
+    from components.selfsoup.config import SelfsoupConfig
+    from flows.selfsoup import METHOD
+    from tests.selfsoup.chain import run_chain
+
+    summaries = run_chain(METHOD, SelfsoupConfig.for_profile("smoke"), tmp_path)
+    assert summaries["fine_tune/selfsoup_shift-0"]["val_acc"] >= 0
+    assert abs(sum(v for k, v in summaries["self_season/0"].items() if k.startswith("weight_")) - 1) < 1e-6
+    assert {"pass_a", "pass_b", "pass_c", "pass_d"} <= summaries["report"].keys()
+    table = read_table(tmp_path / "evaluate" / "0" / "metrics.parquet").to_pandas()
+    assert table.acc.between(0, 1).all()
