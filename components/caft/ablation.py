@@ -1,0 +1,68 @@
+"""CAFT's intervention: remove a fixed subspace from the residual stream during training.
+
+For a layer with directions V (k x d), Q is an orthonormal basis of span(V) (QR), and every
+token's residual vector h becomes h - (h Q) Q^T, i.e. its component inside span(V) is set to
+zero. The projection is not trainable. Hooks are attached only while fine-tuning; the model is
+evaluated and deployed without them.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+import torch
+
+from components.caft.minilm import UpperClassifier
+
+
+def orthonormal_basis(directions: torch.Tensor) -> torch.Tensor:
+    """d x k matrix with orthonormal columns spanning the rows of ``directions`` (k x d).
+    Non-orthonormal inputs (e.g. SAE decoder rows, random vectors) would make h - h V V^T wrong."""
+    if directions.numel() == 0:
+        return directions.new_zeros(directions.shape[-1], 0)
+    q, _ = torch.linalg.qr(directions.T.double())
+    return q.to(directions.dtype)
+
+
+def project_out(h: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Zero-ablate span(Q) at every position: h - (h Q) Q^T."""
+    if q.shape[1] == 0:
+        return h
+    return h - (h @ q) @ q.T
+
+
+def _output_hook(q: torch.Tensor):
+    def hook(_module, _inputs, output):
+        return project_out(output, q)
+
+    return hook
+
+
+@contextmanager
+def ablation_hooks(model: UpperClassifier, bases: dict[int, torch.Tensor]) -> Iterator[list]:
+    """Attach projection hooks on the residual stream after the given MiniLM layers.
+
+    A basis for the layer just below the trainable blocks (``model.first - 1``) is applied to
+    the cached input; the others are forward hooks on block outputs. Everything is removed on
+    exit, even after an exception, so evaluation always sees the plain model.
+    """
+    handles = []
+    input_hooks_before = list(model.input_hooks)
+    try:
+        for layer, q in bases.items():
+            if layer == model.first - 1:
+                model.input_hooks.append(lambda h, q=q: project_out(h, q))
+            elif layer in model.layer_ids:
+                block = model.blocks[model.layer_ids.index(layer)]
+                handles.append(block.register_forward_hook(_output_hook(q)))
+            else:
+                raise ValueError(f"layer {layer} is not hookable (trainable layers {model.layer_ids})")
+        yield handles
+    finally:
+        for handle in handles:
+            handle.remove()
+        model.input_hooks[:] = input_hooks_before
+
+
+def has_hooks(model: UpperClassifier) -> bool:
+    return bool(model.input_hooks) or any(b._forward_hooks for b in model.blocks)

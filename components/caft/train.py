@@ -1,0 +1,118 @@
+"""Fine-tuning (standard and CAFT) and the hook-free evaluation of a fine-tuned model.
+
+Standard fine-tuning and CAFT share everything (data order, head init, optimiser, steps) and
+differ only in the projection hooks attached during training, so per-seed comparisons are paired.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Iterator
+
+import torch
+import torch.nn.functional as F
+
+from components.caft.ablation import ablation_hooks, has_hooks, orthonormal_basis
+from components.caft.cache import load_cache
+from components.caft.minilm import UpperClassifier, build_upper
+from components.common.io import load_torch, read_json, save_torch, write_json_atomic
+from components.common.seeds import seed_everything
+from components.common.train import fit
+
+
+def epoch_batches(n: int, batch_size: int, seed: int) -> Iterator[torch.Tensor]:
+    """Index batches, reshuffled every epoch with a seeded generator (endless)."""
+    gen = torch.Generator().manual_seed(seed)
+    while True:
+        perm = torch.randperm(n, generator=gen)
+        for i in range(0, n, batch_size):
+            yield perm[i:i + batch_size]
+
+
+def finetune(split: dict, train_cfg, first: int, seed: int, bases: dict[int, torch.Tensor],
+             ctx=None, prefix: str = "train") -> UpperClassifier:
+    """Fine-tune layers ``first..5`` + head on the ambiguous train split; ``bases`` (layer ->
+    d x k orthonormal) are ablated during training only."""
+    seed_everything(seed)
+    model = build_upper(first, seed)
+    n = len(split["h"])
+    steps = train_cfg.epochs * math.ceil(n / train_cfg.batch_size)
+    labels = split["a"]  # train is ambiguous: a == b == label
+
+    def loss_fn(m, idx):
+        return F.cross_entropy(m(split["h"][idx], split["mask"][idx]), labels[idx])
+
+    with ablation_hooks(model, bases):
+        fit(model, epoch_batches(n, train_cfg.batch_size, seed), loss_fn, steps=steps,
+            lr=train_cfg.lr, weight_decay=train_cfg.weight_decay, warmup=train_cfg.warmup,
+            ctx=ctx, log_every=5, prefix=prefix)
+    assert not has_hooks(model), "ablation hooks must be gone before evaluation"
+    return model
+
+
+@torch.no_grad()
+def predict(model: UpperClassifier, split: dict, batch: int = 256) -> torch.Tensor:
+    model.eval()
+    preds = [model(split["h"][i:i + batch], split["mask"][i:i + batch]).argmax(-1)
+             for i in range(0, len(split["h"]), batch)]
+    return torch.cat(preds)
+
+
+def evaluate(model: UpperClassifier, cache: dict) -> dict[str, float]:
+    """ID accuracy (val), OOD accuracy on the intended concept, and the rate of following the
+    spurious concept on OOD (= 1 - OOD accuracy, since B = 1 - A there)."""
+    assert not has_hooks(model)
+    val_pred, ood_pred = predict(model, cache["val"]), predict(model, cache["test_ood"])
+    return {
+        "id_acc": float((val_pred == cache["val"]["a"]).float().mean()),
+        "ood_intended_acc": float((ood_pred == cache["test_ood"]["a"]).float().mean()),
+        "ood_spurious_rate": float((ood_pred == cache["test_ood"]["b"]).float().mean()),
+    }
+
+
+def _finish(ctx, model: UpperClassifier, metrics: dict) -> None:
+    save_torch(ctx.out_dir / "model.pt", model.state_dict())
+    write_json_atomic(ctx.out_dir / "eval.json", metrics)  # read by the evaluate stage
+    ctx.write_metrics(metrics)
+
+
+def pretune_stage(cfg, ctx) -> None:
+    """Standard fine-tuning, no hooks: the baseline, and the model the directions come from."""
+    seed = ctx.item["seed"]
+    cache = load_cache(ctx.inputs["cache_lower"])
+    model = finetune(cache["train"], cfg.train, cfg.model.frozen_layers, seed, {}, ctx)
+    _finish(ctx, model, {"seed": seed, **evaluate(model, cache)})
+
+
+def variant_directions(variant: str, directions: dict, selected: dict[str, list[int]],
+                       seed: int) -> dict[int, torch.Tensor]:
+    """layer -> k x d directions to ablate. All variants use the same k per layer as the
+    interpreted selection, so they differ only in *which* directions are removed."""
+    out = {}
+    gen = torch.Generator().manual_seed(10_000 + seed)
+    for layer_key, idx in selected.items():
+        layer, pcs = int(layer_key), directions[int(layer_key)]["pcs"]
+        if not idx:
+            continue
+        if variant == "caft":
+            out[layer] = pcs[idx]
+        elif variant == "top_pc":
+            out[layer] = pcs[:len(idx)]
+        elif variant == "random":
+            out[layer] = torch.randn(len(idx), pcs.shape[1], generator=gen)
+        else:
+            raise ValueError(f"unknown caft variant {variant!r} (caft, random, top_pc)")
+    return out
+
+
+def caft_train_stage(cfg, ctx) -> None:
+    variant, seed = ctx.item["variant"], ctx.item["seed"]
+    key = str(seed)
+    cache = load_cache(ctx.inputs["cache_lower"])
+    directions = load_torch(Path(ctx.inputs["find_directions"][key]) / "directions.pt")
+    selected = read_json(Path(ctx.inputs["interpret"][key]) / "selected.json")
+    dirs = variant_directions(variant, directions, selected, seed)
+    bases = {layer: orthonormal_basis(v) for layer, v in dirs.items()}
+    model = finetune(cache["train"], cfg.train, cfg.model.frozen_layers, seed, bases, ctx)
+    k = sum(b.shape[1] for b in bases.values())
+    _finish(ctx, model, {"seed": seed, "variant": variant, "k": k, **evaluate(model, cache)})
