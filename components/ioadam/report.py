@@ -103,6 +103,13 @@ def markdown_table(report: dict[str, Any], memory: list[dict]) -> str:
                          f"| {s['state_bytes_matrix']:,} | {mem.get('total_peak_bytes', float('nan')):,.0f} "
                          f"| {mem.get('total_peak_bytes_saving_vs_adam', float('nan')):.1%} "
                          f"| {mem.get('step_time_ratio_vs_adam', float('nan')):.2f} |")
+    lines += ["", "| task | optimizer (memory profile) | matrix state bytes (formula) | grad bytes | persistent | transient peak | total peak | state saving | peak saving | step time / Adam |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for m in memory:
+        lines.append(f"| {m['task']} | {m['optimizer']} | {m['state_bytes_matrix']:,} ({m['formula_state_bytes_matrix']:,}) "
+                     f"| {m['grad_bytes']:,} | {m['persistent_bytes']:,} | {m['transient_peak_bytes']:,} "
+                     f"| {m['total_peak_bytes']:,} | {m['state_bytes_matrix_saving_vs_adam']:.1%} "
+                     f"| {m['total_peak_bytes_saving_vs_adam']:.1%} | {m['step_time_ratio_vs_adam']:.2f} |")
     lines += ["", "| criterion | numbers | pass |", "|---|---|---|"]
     for cid, check in report["checks"].items():
         nums = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
