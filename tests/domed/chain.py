@@ -13,7 +13,7 @@ from components.domed.config import DomedConfig
 
 def run_chain(cfg: DomedConfig, root: Path, log=print, aggregate: bool = True) -> dict:
     root = Path(root)
-    folds = list(itertools.product(cfg.data.test_envs, cfg.seeds))
+    folds = [(e, s) for s, e in itertools.product(cfg.seeds, cfg.data.test_envs)]  # seed-major
     key = lambda *values: "-".join(str(v) for v in values)  # noqa: E731
     timings, out = {}, {}
 
