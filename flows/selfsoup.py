@@ -29,7 +29,7 @@ METHOD = Method(
               fan_out={"ingredient": "robustness.ingredients", "seed": "seeds"}, resources=ONE_CPU,
               description="SSL ingredients on unlabelled corrupted test images (transductive)"),
         Stage("fine_tune", f"{M}.finetune:fine_tune_stage",
-              params=("data", "model", "robustness", "finetune"),
+              params=("model", "robustness", "finetune"),
               deps=("prepare_data", "pretrain_stock", "inter_train", "inter_train_shift"),
               fan_out={"model": "finetune.models", "seed": "seeds"}, resources=ONE_CPU,
               description="Label fine-tuning from stock / ingredient / self-soup, lr chosen on val"),
