@@ -32,7 +32,7 @@ class Model(Section):
 
 
 class Train(Section):
-    steps: int = 120
+    steps: int = 100
     batch_size: int = 32
     lr: float = 2e-3
     weight_decay: float = 0.0
