@@ -21,7 +21,7 @@ class Digits(Section):
     batch_size: int = 128
     epochs: int = 60
     optimizers: list[str] = ["adam", "ioadam_b1", "ioadam_b4", "adafactor", "sgd", "sgdm"]
-    lr_grid: list[float] = [1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1]   # the same grid for every optimizer
+    lr_grid: list[float] = [1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1, 1.0]   # same grid for all; 1.0 so plain SGD is not cut off
 
 
 class CharLM(Section):
