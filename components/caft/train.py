@@ -29,6 +29,12 @@ def epoch_batches(n: int, batch_size: int, seed: int) -> Iterator[torch.Tensor]:
             yield perm[i:i + batch_size]
 
 
+def trim_padding(h: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Drop trailing all-pad positions of a batch (pure speed: padded keys are masked anyway)."""
+    t = int(mask.sum(1).max())
+    return h[:, :t], mask[:, :t]
+
+
 def finetune(split: dict, train_cfg, first: int, seed: int, bases: dict[int, torch.Tensor],
              ctx=None, prefix: str = "train") -> UpperClassifier:
     """Fine-tune layers ``first..5`` + head on the ambiguous train split; ``bases`` (layer ->
@@ -40,7 +46,8 @@ def finetune(split: dict, train_cfg, first: int, seed: int, bases: dict[int, tor
     labels = split["a"]  # train is ambiguous: a == b == label
 
     def loss_fn(m, idx):
-        return F.cross_entropy(m(split["h"][idx], split["mask"][idx]), labels[idx])
+        h, mask = trim_padding(split["h"][idx], split["mask"][idx])
+        return F.cross_entropy(m(h, mask), labels[idx])
 
     with ablation_hooks(model, bases):
         fit(model, epoch_batches(n, train_cfg.batch_size, seed), loss_fn, steps=steps,
