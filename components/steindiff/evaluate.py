@@ -11,6 +11,7 @@ from components.steindiff.data import load_mixture, load_npy
 from components.steindiff.mixture import Mixture
 from components.steindiff.quality import frechet_distance, mmd_rbf, mode_stats, sliced_wasserstein
 from components.steindiff.train import load_classifier
+from components.steindiff.threads import torch_threads
 
 
 def mixture_metrics(x: np.ndarray, reference: np.ndarray, mixture: Mixture, ev) -> dict:
@@ -76,6 +77,11 @@ def _reference_row(dataset: str, metrics: dict) -> dict:
 
 
 def evaluate_stage(cfg, ctx) -> None:
+    with torch_threads(1):
+        _evaluate_stage(cfg, ctx)
+
+
+def _evaluate_stage(cfg, ctx) -> None:
     ev, data = cfg.evaluate, ctx.inputs["prepare_data"]
     mixture = load_mixture(data)
     reference = load_npy(data / "mixture_reference.npy")

@@ -57,6 +57,5 @@ def frechet_distance(feat_a: np.ndarray, feat_b: np.ndarray) -> float:
     """Fréchet distance between Gaussians fitted to two feature sets (the FID formula)."""
     mu_a, mu_b = feat_a.mean(0), feat_b.mean(0)
     cov_a, cov_b = np.cov(feat_a, rowvar=False), np.cov(feat_b, rowvar=False)
-    covmean, _ = linalg.sqrtm(cov_a @ cov_b, disp=False)
-    covmean = covmean.real
+    covmean = np.real(linalg.sqrtm(cov_a @ cov_b))
     return float(((mu_a - mu_b) ** 2).sum() + np.trace(cov_a + cov_b - 2 * covmean))

@@ -16,6 +16,7 @@ from components.common.seeds import seed_everything
 from components.steindiff.data import load_mixture, save_npy
 from components.steindiff.stein import SteinSettings, sample_steindiff
 from components.steindiff.train import load_denoiser
+from components.steindiff.threads import torch_threads
 
 
 def initial_noise(shape: tuple[int, ...], sigma_max: float, seed: int, n_steps: int,
@@ -80,6 +81,11 @@ def _mean(values: list[float]) -> float:
 
 
 def sample_mixture_stage(cfg, ctx) -> None:
+    with torch_threads(1):
+        _sample_mixture_stage(cfg, ctx)
+
+
+def _sample_mixture_stage(cfg, ctx) -> None:
     mixture = load_mixture(ctx.inputs["prepare_data"])
     dim = mixture.means.shape[1]
     run_grid(mixture.denoiser(torch.float64), (cfg.sample.n_mixture, dim), torch.float64, cfg, ctx,
@@ -87,6 +93,11 @@ def sample_mixture_stage(cfg, ctx) -> None:
 
 
 def sample_digits_stage(cfg, ctx) -> None:
+    with torch_threads(1):
+        _sample_digits_stage(cfg, ctx)
+
+
+def _sample_digits_stage(cfg, ctx) -> None:
     model = load_denoiser(ctx.inputs["train_denoiser"])
     for p in model.parameters():   # only the input needs gradients (divergence)
         p.requires_grad_(False)

@@ -12,6 +12,7 @@ from components.common.io import load_torch, save_torch
 from components.common.seeds import seed_everything
 from components.common.train import fit
 from components.steindiff.data import load_npy
+from components.steindiff.threads import torch_threads
 
 
 def random_batches(x: torch.Tensor, batch_size: int, *extra: torch.Tensor):
@@ -34,6 +35,11 @@ def load_denoiser(model_dir: Path) -> EDMDenoiser:
 
 
 def train_denoiser_stage(cfg, ctx) -> None:
+    with torch_threads(1):
+        _train_denoiser_stage(cfg, ctx)
+
+
+def _train_denoiser_stage(cfg, ctx) -> None:
     s = cfg.denoiser
     seed_everything(s.seed)
     x = torch.from_numpy(load_npy(ctx.inputs["prepare_data"] / "digits_train_x.npy"))
@@ -75,6 +81,11 @@ def load_classifier(model_dir: Path) -> DigitClassifier:
 
 
 def train_feature_net_stage(cfg, ctx) -> None:
+    with torch_threads(1):
+        _train_feature_net_stage(cfg, ctx)
+
+
+def _train_feature_net_stage(cfg, ctx) -> None:
     s = cfg.feature_net
     seed_everything(s.seed)
     data = ctx.inputs["prepare_data"]
