@@ -59,8 +59,9 @@ class CausalSelfAttention(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm block. ``ffn_residual=False`` lets a slot that already re-injects its input
-    (e.g. DAG-MoE's x/K injection) own the residual path of the feed-forward half."""
+    """Pre-norm block. With ``ffn_residual=False`` the feed-forward slot owns the residual path
+    of its half: it is called as ``ffn(ln(x), residual=x)`` and returns the new stream itself
+    (e.g. DAG-MoE, which injects the residual into its expert nodes)."""
 
     def __init__(self, d_model: int, n_heads: int, ffn: nn.Module, dropout: float = 0.0,
                  ffn_residual: bool = True):
@@ -73,8 +74,9 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln_attn(x))
-        out = self.ffn(self.ln_ffn(x))
-        return x + out if self.ffn_residual else out
+        if self.ffn_residual:
+            return x + self.ffn(self.ln_ffn(x))
+        return self.ffn(self.ln_ffn(x), residual=x)
 
 
 class Decoder(nn.Module):

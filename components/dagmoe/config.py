@@ -36,7 +36,9 @@ class Model(Section):
     d_graph: int = 24               # DAG-MoE low-rank width d_g
     dag_rounds: int = 2             # L
     vector_gate: bool = False       # scalar edge gate e_ij (the note is ambiguous; logged)
-    outer_residual: bool = True     # keep the block's x + ffn(x) around the DAG-MoE layer
+    # True: block adds h + layer(ln h) and the DAG injects ln(h)/K (notes' default, so the FFN
+    # half adds two copies of the token). False: the DAG layer owns the residual and injects h/K.
+    outer_residual: bool = True
 
 
 class Train(Section):

@@ -94,8 +94,9 @@ class SumAggregation(nn.Module):
         super().__init__()
         self.shared = MLP(d_model, d_shared) if d_shared > 0 else None
 
-    def forward(self, x, gates, expert_out):
+    def forward(self, x, gates, expert_out, residual=None):
         y = (gates.unsqueeze(-1) * expert_out).sum(dim=1)
+        y = y if residual is None else y + residual
         return y + self.shared(x) if self.shared is not None else y
 
 
@@ -144,9 +145,12 @@ class DagAggregation(nn.Module):
         self.top_k = top_k
         self.rounds = nn.ModuleList(DagRound(d_model, d_graph, vector_gate) for _ in range(rounds))
 
-    def forward(self, x, gates, expert_out):
-        # Layer-0 nodes carry x/K each so the injected token sums to exactly x.
-        nodes = gates.unsqueeze(-1) * expert_out + x.unsqueeze(1) / self.top_k
+    def forward(self, x, gates, expert_out, residual=None):
+        """``residual``: when the layer owns the block's residual path, the un-normalised stream
+        is injected instead of the layer input ``x`` (so at init the block is a plain MoE block)."""
+        token = x if residual is None else residual
+        # Layer-0 nodes carry token/K each so the injected token sums to exactly one copy.
+        nodes = gates.unsqueeze(-1) * expert_out + token.unsqueeze(1) / self.top_k
         for dag_round in self.rounds:
             nodes = dag_round(nodes)
         return nodes.sum(dim=1)
@@ -166,11 +170,13 @@ class MoELayer(nn.Module):
         self.aux: dict[str, torch.Tensor] = {}
         self.stats: dict[str, torch.Tensor] = {}
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         lead = x.shape[:-1]
         flat = x.reshape(-1, x.shape[-1])
+        if residual is not None:
+            residual = residual.reshape(-1, residual.shape[-1])
         gates, experts, probs, self.aux = self.router(flat)
-        y = self.aggregation(flat, gates, self.experts(flat, experts))
+        y = self.aggregation(flat, gates, self.experts(flat, experts), residual=residual)
         if not self.training:
             self.stats = {"experts": experts.detach(), "probs": probs.detach()}
         return y.view(*lead, -1)

@@ -187,7 +187,13 @@ def test_training_loss_is_finite_and_decreases(variant):
     assert losses[-1] < 0.5 * losses[0]
 
 
-def test_outer_residual_switch():
+def test_dag_moe_owning_the_residual_is_a_plain_moe_model_at_init():
+    """outer_residual=False: the DAG injects the raw stream h/K, so at init the whole decoder
+    computes exactly what the plain MoE decoder with the same weights computes."""
     cfg = tiny_model_config(outer_residual=False)
-    assert not build_model("dag_moe", cfg, 10).blocks[0].ffn_residual
-    assert build_model("moe_shared", cfg, 10).blocks[0].ffn_residual  # baselines keep theirs
+    torch.manual_seed(9)
+    dag, plain = build_model("dag_moe", cfg, 20).eval(), build_model("moe", cfg, 20).eval()
+    assert not dag.blocks[0].ffn_residual and build_model("moe_shared", cfg, 20).blocks[0].ffn_residual
+    plain.load_state_dict({k: v for k, v in dag.state_dict().items() if ".rounds." not in k})
+    idx = torch.randint(0, 20, (2, 8))
+    torch.testing.assert_close(dag(idx), plain(idx), rtol=0, atol=1e-5)
