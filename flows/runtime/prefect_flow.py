@@ -154,13 +154,15 @@ def run_flow(project: Project, bridge: DvcBridge, plan: Plan, outcome: Outcome,
 
 def _record(project: Project, bridge: DvcBridge, tracker: Tracker, parent: str, plan: Plan,
             inst: Instance, future, outcome: Outcome) -> None:
-    state = future.state
-    if not state.is_completed():
-        if state.is_failed() or state.is_crashed():
-            outcome.failed.append(inst.name)
-            say(f"{plan.method.name}: {inst.name} FAILED: {state.message}")
+    try:
+        payload = future.result()  # waits for the final state; raises the stage's error
+    except Exception as err:  # noqa: BLE001 - any stage error is reported, others go on
+        if "Upstream" in type(err).__name__:
+            return  # never ran because something upstream failed; listed as not run
+        outcome.failed.append(inst.name)
+        say(f"{plan.method.name}: {inst.name} FAILED: {type(err).__name__}: {err}")
         return
-    record = execute_mod.StageRecord(**future.result())
+    record = execute_mod.StageRecord(**payload)
     dvc_info = bridge.commit(inst.addr)
     stage_params = {k: plan.params[k] for k in inst.stage.params}
     if inst.item_key:

@@ -1,10 +1,13 @@
-"""A throw-away method for runtime tests: three tiny numpy stages with a fan-out.
+"""A throw-away method for runtime tests: tiny numpy stages with a fan-out.
 
-make_data -> square (fan-out over seeds) -> total. ``fail_on`` makes one stage raise, and
-``sleep_s`` slows stages down, to test resume and parallelism.
+make_data -> square (fan-out over seeds) -> total. Failures and slow stages are injected
+through environment variables (not params, so a re-run sees identical params):
+``TOY_FAIL_ON=<stage>`` makes that stage raise, ``TOY_SLEEP_ON=<stage>`` with
+``TOY_SLEEP_S`` slows it down.
 """
 from __future__ import annotations
 
+import os
 import time
 from typing import ClassVar
 
@@ -19,32 +22,28 @@ class Data(Section):
     n: int = 5
 
 
-class Behaviour(Section):
-    fail_on: str = ""
-    sleep_s: float = 0.0
-
-
 class ToyConfig(MethodConfig):
     seeds: list[int] = [0, 1]
     data: Data = Data()
-    behaviour: Behaviour = Behaviour()
     SMOKE: ClassVar[dict] = {"data": {"n": 3}}
 
 
-def _maybe_fail(cfg, name: str) -> None:
-    time.sleep(cfg.behaviour.sleep_s)
-    if cfg.behaviour.fail_on == name:
+def _injected(name: str) -> None:
+    if os.environ.get("TOY_SLEEP_ON") == name:
+        time.sleep(float(os.environ.get("TOY_SLEEP_S", "5")))
+    if os.environ.get("TOY_FAIL_ON") == name:
         raise RuntimeError(f"injected failure in {name}")
 
 
 def make_data(cfg, ctx):
-    _maybe_fail(cfg, "make_data")
+    _injected("make_data")
     write_json_atomic(ctx.out_dir / "data.json", list(range(cfg.data.n)))
     ctx.write_metrics({"n": cfg.data.n})
 
 
 def square(cfg, ctx):
-    _maybe_fail(cfg, "square")
+    (ctx.out_dir / "started").write_text("partial output")  # visible only if not atomic
+    _injected("square")
     values = np.array(read_json(ctx.inputs["make_data"] / "data.json")) * (ctx.item["seed"] + 1)
     for step, v in enumerate(values):
         ctx.log_metric("value", float(v), step=step)
@@ -54,7 +53,7 @@ def square(cfg, ctx):
 
 
 def total(cfg, ctx):
-    _maybe_fail(cfg, "total")
+    _injected("total")
     parts = {k: sum(read_json(p / "squares.json")) for k, p in sorted(ctx.inputs["square"].items())}
     write_json_atomic(ctx.out_dir / "total.json", parts)
     ctx.write_metrics({"total": float(sum(parts.values())), "n_parts": len(parts)})
@@ -67,9 +66,9 @@ METHOD = Method(
     config=f"{T}:ToyConfig",
     code=("tests/runtime/toy_flow.py",),
     stages=(
-        Stage("make_data", f"{T}:make_data", params=("data", "behaviour")),
-        Stage("square", f"{T}:square", params=("seeds", "behaviour"), deps=("make_data",),
+        Stage("make_data", f"{T}:make_data", params=("data",)),
+        Stage("square", f"{T}:square", params=("seeds",), deps=("make_data",),
               fan_out={"seed": "seeds"}, resources=Resources(num_cpus=1)),
-        Stage("total", f"{T}:total", params=("behaviour",), deps=("square",)),
+        Stage("total", f"{T}:total", deps=("square",)),
     ),
 )

@@ -1,0 +1,30 @@
+"""Policy-gradient pieces shared by RL methods: advantages and the PPO clipped objective."""
+from __future__ import annotations
+
+import torch
+
+
+def gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, last_value: torch.Tensor,
+        gamma: float, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation over a (time, env) rollout.
+    ``dones[t]`` is 1 when the episode ended at step t (no bootstrap through it)."""
+    steps = rewards.shape[0]
+    advantages = torch.zeros_like(rewards)
+    running = torch.zeros_like(last_value)
+    for t in reversed(range(steps)):
+        next_value = last_value if t == steps - 1 else values[t + 1]
+        not_done = 1.0 - dones[t]
+        delta = rewards[t] + gamma * next_value * not_done - values[t]
+        running = delta + gamma * lam * not_done * running
+        advantages[t] = running
+    return advantages, advantages + values
+
+
+def ppo_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
+             values: torch.Tensor, returns: torch.Tensor, entropy: torch.Tensor,
+             clip: float = 0.2, value_coef: float = 0.5, entropy_coef: float = 0.01) -> torch.Tensor:
+    """Clipped surrogate + value regression - entropy bonus (Schulman et al. 2017)."""
+    adv = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    ratio = torch.exp(new_logp - old_logp)
+    surrogate = torch.min(ratio * adv, torch.clamp(ratio, 1 - clip, 1 + clip) * adv)
+    return -surrogate.mean() + value_coef * (returns - values).pow(2).mean() - entropy_coef * entropy.mean()
