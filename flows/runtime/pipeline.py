@@ -41,9 +41,10 @@ def config_from_params(method: Method, params: dict[str, Any]) -> MethodConfig:
     return method.config_class().model_validate(values)
 
 
-def _tracked_params(stage: Stage, config_class: type[MethodConfig]) -> list[str]:
+def _tracked_params(method: Method, stage: Stage, config_class: type[MethodConfig]) -> list[str]:
     """DVC params keys of a stage: its declared keys, minus fan-out axes (each instance tracks
-    only its own item), expanded one level so that adding a seed does not dirty other items."""
+    only its own item), expanded one level so that adding a seed does not dirty other items.
+    A stage reading a fan-out upstream also tracks that upstream's item set."""
     axes = set(stage.fan_out.values())
     keys: list[str] = []
     for key in stage.params:
@@ -57,6 +58,7 @@ def _tracked_params(stage: Stage, config_class: type[MethodConfig]) -> list[str]
             keys.append(key)
     if stage.fan_out:
         keys.append(f"{FANOUT_KEY}.{stage.name}.${{key}}")
+    keys += [f"{FANOUT_KEY}.{dep}" for dep in stage.deps if method.stage(dep).fan_out]
     return keys
 
 
@@ -70,7 +72,7 @@ def stage_spec(method: Method, stage: Stage) -> dict[str, Any]:
         "cmd": f"repro exec {method.name} {stage.name}" + (" --item ${key}" if stage.fan_out else ""),
         "deps": [f"../../{p}" for p in method.code_paths] + list(stage.deps),
     }
-    params = _tracked_params(stage, config_class)
+    params = _tracked_params(method, stage, config_class)
     if params:
         spec["params"] = params
     spec["outs"] = [f"{stage.name}{suffix}"]

@@ -180,6 +180,7 @@ def run(method_names: list[str], profile: str | None = None, selection: Selectio
     outcomes = []
     try:
         for method in methods:
+            prune_fanout_leftovers(project, method, docs[method.name])
             plan = plan_method(project, bridge, method, profile, docs[method.name], selection)
             outcomes.append(execute(project, bridge, plan, executor, ray_address))
     finally:
@@ -204,7 +205,6 @@ def execute(project: Project, bridge: DvcBridge, plan: Plan, executor: str,
     if not plan.run:
         say(f"{plan.method.name}: nothing to run; executed 0 stages")
         return outcome
-    prune_fanout_leftovers(project, plan.method, plan.params)
     from flows.runtime.prefect_flow import run_flow  # imports prefect: only when work exists
 
     run_flow(project, bridge, plan, outcome, executor, ray_address)

@@ -1,0 +1,101 @@
+"""Runtime against real services: an `mlflow server` on 127.0.0.1, the Ray executor, the CLI."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from flows.runtime.testing import make_project, run_in_temp_project
+
+M = "toy_flow"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def mlflow_server(tmp_path):
+    port = free_port()
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+         "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
+         "--default-artifact-root", str(tmp_path / "artifacts"), "--workers", "1"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        try:
+            urllib.request.urlopen(f"{url}/health", timeout=2)
+            break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail("mlflow server did not start")
+    yield url
+    os.killpg(proc.pid, 15)
+    proc.wait(timeout=30)
+
+
+def rest(url: str, path: str, body: dict) -> dict:
+    request = urllib.request.Request(f"{url}/api/2.0/mlflow/{path}", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    return json.loads(urllib.request.urlopen(request, timeout=30).read())
+
+
+def test_runs_are_recorded_in_a_tracking_server(mlflow_server, tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
+    result = run_in_temp_project(M, tmp_path / "proj")
+    assert not (result.project.root / "mlflow.db").exists()       # the server replaced sqlite
+    experiment = rest(mlflow_server, "experiments/get-by-name", {"experiment_name": M})["experiment"]
+    runs = rest(mlflow_server, "runs/search", {"experiment_ids": [experiment["experiment_id"]]})["runs"]
+    names = sorted(r["info"]["run_name"] for r in runs)
+    assert names == sorted(["make_data", "square@0", "square@1", "total", f"{M}-smoke"])
+    total = next(r for r in runs if r["info"]["run_name"] == "total")
+    assert {"key": "total", "value": 25.0} in [{k: m[k] for k in ("key", "value")}
+                                               for m in total["data"]["metrics"]]
+
+
+def test_ray_executor_runs_fan_out(tmp_path):
+    result = run_in_temp_project(M, tmp_path / "proj", executor="ray")
+    assert sorted(result.executed) == ["make_data", "square@0", "square@1", "total"]
+    assert result.metrics(M, "total")["total"] == 25.0
+
+
+def repro(*args: str, root=None, check=True) -> subprocess.CompletedProcess:
+    env = {**os.environ, **({"REPRO_ROOT": str(root)} if root else {})}
+    done = subprocess.run([sys.executable, "-m", "flows.cli", *args], capture_output=True, text=True, env=env)
+    if check:
+        assert done.returncode == 0, done.stderr + done.stdout
+    return done
+
+
+def test_cli_status_compare_and_errors(tmp_path):
+    project = make_project(tmp_path / "proj", [M])
+    assert "resum" in repro("--help").stdout
+    assert "toy_flow" in repro("list").stdout
+    bad = repro("run", M, "--profile", "smoke", "--set", "data.n=lots", root=project.root, check=False)
+    assert bad.returncode != 0 and "data.n" in bad.stderr
+    assert not (project.root / "data" / M / "params.yaml").exists()      # nothing written
+    first = repro("run", M, "--profile", "smoke", root=project.root)
+    assert "executed 4 stage(s)" in first.stdout
+    again = repro("run", M, "--profile", "smoke", root=project.root)
+    assert "executed 0 stages" in again.stdout
+    status = repro("status", M, root=project.root).stdout
+    assert status.count("up to date") == 4
+    (project.root / "data" / M / "params.yaml").write_text(
+        (project.root / "data" / M / "params.yaml").read_text().replace("n: 3", "n: 4"))
+    stale = repro("status", M, root=project.root).stdout
+    assert "stale" in stale and "params: data" in stale
+    compare = repro("compare", M, root=project.root).stdout
+    assert "1 run(s)" in compare and "total/total" in compare
