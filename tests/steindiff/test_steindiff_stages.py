@@ -42,23 +42,9 @@ def run_chain(cfg, root):
 
 
 @pytest.fixture(scope="module")
-def chain(tmp_path_factory, monkeypatch_module):
+def chain(tmp_path_factory):
     cfg = SteindiffConfig.for_profile("smoke", TINY)
     return run_chain(cfg, tmp_path_factory.mktemp("steindiff"))
-
-
-@pytest.fixture(scope="module")
-def monkeypatch_module():
-    # multi-axis fan-out keys ("heun-0") are rejected by the runtime's key regex at the time of
-    # writing; the chain only needs the item dicts, so accept them here
-    import re
-
-    import flows.runtime.dag as dag
-
-    mp = pytest.MonkeyPatch()
-    mp.setattr(dag, "_KEY_RE", re.compile(r"^[A-Za-z0-9_.-]+$"))
-    yield mp
-    mp.undo()
 
 
 def test_profiles_validate_and_paper_preflight(tmp_path):
