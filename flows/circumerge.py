@@ -25,7 +25,10 @@ METHOD = Method(
         Stage("tune_alpha", f"{M}.evaluate:tune_alpha_stage", params=("data", "tune"),
               deps=("prepare_tasks", "train_adapters", "merge"),
               description="Scaling coefficient on validation, same grid for every merge"),
+        # placed after tune_alpha only so that no other stage of this run competes for the cores
+        # while it is timed; it reads nothing from upstream
         Stage("timing_benchmark", f"{M}.timing:timing_benchmark_stage", params=("timing", "merge"),
+              deps=("tune_alpha",),
               description="Core Space vs CircuMerge merge time at 4096-wide shapes (T=8, r=16)"),
         Stage("evaluate", f"{M}.evaluate:evaluate_stage", params=("data", "merge", "claims"),
               deps=("prepare_tasks", "train_adapters", "merge", "tune_alpha", "timing_benchmark"),
