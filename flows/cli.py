@@ -128,13 +128,27 @@ def cmd_gen(args: argparse.Namespace) -> None:
     from flows.runtime.project import Project
 
     project = Project.find()
-    for method in registry.all_methods():
+    methods = registry.all_methods()
+    print(f"root dvc.yaml: {'written' if pipeline.write_root_pipeline(project, methods) else 'up to date'}")
+    for method in methods:
         changed = pipeline.write_pipeline(project, method)
         if not project.params_file(method.name).is_file():
             config = pipeline.build_config(method, "small")
             pipeline.write_params(project, method, config, "small")
             changed = True
         print(f"{method.name}: {'written' if changed else 'up to date'}")
+
+
+def cmd_index(args: argparse.Namespace) -> None:
+    """The root pipeline's cross-method stage: every method's metrics in one file."""
+    from components.common.io import write_json_atomic
+    from flows.runtime import pipeline, registry
+    from flows.runtime.project import Project
+
+    project = Project.find()
+    index = pipeline.metrics_index(project, registry.all_methods())
+    write_json_atomic(project.root / pipeline.INDEX_FILE, index)
+    print(f"{pipeline.INDEX_FILE}: {len(index)} method(s) with metrics")
 
 
 def cmd_exec(args: argparse.Namespace) -> None:
@@ -187,6 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     gen = sub.add_parser("gen", help="write every method's data/<m>/dvc.yaml from its declaration")
     gen.set_defaults(func=cmd_gen)
+
+    sub.add_parser("index", help="collect every method's metrics into data/metrics_index.json "
+                   "(the root dvc.yaml stage)").set_defaults(func=cmd_index)
 
     exe = sub.add_parser("exec", help="run one stage instance in place (used by dvc repro)")
     exe.add_argument("method")

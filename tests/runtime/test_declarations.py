@@ -93,3 +93,9 @@ def test_components_never_import_orchestration():
     offenders = {str(p.relative_to(REPO)): sorted(_imports(p) & FORBIDDEN)
                  for p in (REPO / "components").rglob("*.py") if _imports(p) & FORBIDDEN}
     assert not offenders, f"components must stay pure: {offenders}"
+
+
+def test_committed_root_pipeline_is_up_to_date(monkeypatch):
+    methods = real_methods(monkeypatch)
+    expected = pipeline.render_yaml(pipeline.root_pipeline_document(methods), pipeline.ROOT_HEADER)
+    assert (REPO / "dvc.yaml").read_text() == expected, "root dvc.yaml is stale: run `repro gen`"
