@@ -40,7 +40,7 @@ def run_grid(denoise, shape, dtype, cfg, ctx, dataset: str) -> None:
     s, solver, seed = cfg.sample, ctx.item["solver"], int(ctx.item["seed"])
     settings = SteinSettings.from_section(s.stein)
     seed_everything(seed)
-    gamma_rows, runs = [], []
+    gamma_rows, runs, samples_by_name = [], [], {}
     total, done = len(s.steps) * len(s.corrections), 0
     for n_steps in s.steps:
         sigmas = make_sigmas(s.schedule, n_steps, s.sigma_min, s.sigma_max, s.rho)
@@ -51,7 +51,7 @@ def run_grid(denoise, shape, dtype, cfg, ctx, dataset: str) -> None:
                                               settings, seed)
             wall = time.perf_counter() - start
             name = f"N{n_steps}_{correction}"
-            save_npy(ctx.out_dir / "samples" / f"{name}.npy", samples.numpy())
+            samples_by_name[name] = samples.numpy()
             for rec in records:
                 gamma_rows.append({"steps": n_steps, **rec})
                 ctx.log_metric(f"gamma/{name}", rec["gamma"], step=rec["step"])
@@ -61,9 +61,18 @@ def run_grid(denoise, shape, dtype, cfg, ctx, dataset: str) -> None:
                          "file": f"samples/{name}.npy"})
             done += 1
             ctx.progress(done, total, f"{dataset} {solver} seed {seed}: {name} {wall:.1f}s")
+    # everything is written at the end, then checked: a sibling stage instance starting while
+    # this one runs may clean temp folders (seen with the runtime's stale-temp cleanup); a
+    # stage that lost files must fail rather than be recorded as finished
+    for name, array in samples_by_name.items():
+        save_npy(ctx.out_dir / "samples" / f"{name}.npy", array)
     write_json_atomic(ctx.out_dir / "runs.json", runs)
     if gamma_rows:
         write_table(ctx.out_dir / "gammas.parquet", _columns(gamma_rows))
+    missing = [r["file"] for r in runs if not (ctx.out_dir / r["file"]).exists()]
+    if missing:
+        raise RuntimeError(f"{dataset} {solver} seed {seed}: outputs vanished before the stage "
+                           f"returned: {missing}")
     corrected = [r for r in gamma_rows if r["sigma_next"] > 0]
     ctx.write_metrics({
         "wall_s_total": sum(r["wall_s"] for r in runs),
