@@ -57,7 +57,7 @@ def stage_inputs(project: Project, method: Method, stage_name: str, params: dict
 
 def replace_dir(tmp: Path, final: Path) -> None:
     if final.exists():
-        trash = final.with_name(f"{TMP_PREFIX}old-{final.name}-{uuid.uuid4().hex[:8]}")
+        trash = final.with_name(f"{TMP_PREFIX}{final.name}-old-{uuid.uuid4().hex[:8]}")
         os.replace(final, trash)
         os.replace(tmp, final)
         shutil.rmtree(trash, ignore_errors=True)
@@ -65,12 +65,12 @@ def replace_dir(tmp: Path, final: Path) -> None:
         os.replace(tmp, final)
 
 
-def clean_stale_temps(folder: Path) -> None:
-    """Remove temp folders left by a killed stage (they never count as outputs)."""
-    if folder.is_dir():
-        for child in folder.iterdir():
-            if child.name.startswith(TMP_PREFIX):
-                shutil.rmtree(child, ignore_errors=True)
+def clean_stale_temps(final: Path) -> None:
+    """Remove temp folders a killed run of this same instance left (they never count as
+    outputs). Only this instance's: sibling fan-out items may be writing theirs right now."""
+    if final.parent.is_dir():
+        for child in final.parent.glob(f"{TMP_PREFIX}{final.name}-*"):
+            shutil.rmtree(child, ignore_errors=True)
 
 
 def run_stage(project: Project, method_name: str, stage_name: str, item_key: str | None = None,
@@ -88,7 +88,7 @@ def run_stage(project: Project, method_name: str, stage_name: str, item_key: str
 
     final = project.stage_out(method_name, stage_name, item_key)
     final.parent.mkdir(parents=True, exist_ok=True)
-    clean_stale_temps(final.parent)
+    clean_stale_temps(final)
     tmp = final.with_name(f"{TMP_PREFIX}{final.name}-{uuid.uuid4().hex[:8]}")
     ctx = LocalContext(out_dir=tmp, inputs=stage_inputs(project, method, stage_name, params),
                        item=item, on_progress=on_progress)

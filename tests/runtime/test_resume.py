@@ -29,8 +29,10 @@ def child_runs(project, parent_id=None):
 
 
 def dvc(project, *args) -> str:
-    done = subprocess.run([sys.executable, "-m", "dvc", *args], cwd=project.root,
-                          capture_output=True, text=True, env={**os.environ, "DVC_NO_ANALYTICS": "1"})
+    # stage commands call `repro`, which lives next to this interpreter (an activated venv)
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    done = subprocess.run([sys.executable, "-m", "dvc", *args], cwd=project.root, capture_output=True,
+                          text=True, env={**os.environ, "DVC_NO_ANALYTICS": "1", "PATH": path})
     assert done.returncode == 0, done.stderr + done.stdout
     return done.stdout
 
@@ -126,10 +128,15 @@ def test_kill_9_mid_stage_leaves_nothing_finished(toy):
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     square_dir = toy.root / "data" / M / "square"
+    lock = toy.root / "data" / M / "dvc.lock"
+
+    def killable() -> bool:  # square is mid-stage and make_data's record is written
+        return any(square_dir.glob(".tmp-*/started")) and lock.is_file() and "make_data" in lock.read_text()
+
     deadline = time.time() + 240
-    while time.time() < deadline and not any(square_dir.glob(".tmp-*/started")):
+    while time.time() < deadline and not killable():
         time.sleep(0.5)
-    assert any(square_dir.glob(".tmp-*/started")), "square never started"
+    assert killable(), "square never started"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not (square_dir / "0").exists() and not (square_dir / "1").exists()
