@@ -17,12 +17,13 @@ os.environ.pop("REPRO_ROOT", None)
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from flows.runtime.project import set_offline_env  # noqa: E402  (before prefect is imported)
+
+set_offline_env()
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_state(tmp_path_factory):
     home = tmp_path_factory.mktemp("prefect-home")
     os.environ.setdefault("PREFECT_HOME", str(home))
-    from flows.runtime.project import set_offline_env
-
-    set_offline_env()
     yield
