@@ -177,14 +177,22 @@ def run(method_names: list[str], profile: str | None = None, selection: Selectio
     docs = {m.name: prepare(project, m, profile, overrides or {}) for m in methods}
 
     bridge = DvcBridge(project.root)
-    outcomes = []
+    outcomes, failures = [], []
     try:
-        for method in methods:
+        for method in methods:  # one method failing does not stop the others
             prune_fanout_leftovers(project, method, docs[method.name])
             plan = plan_method(project, bridge, method, profile, docs[method.name], selection)
-            outcomes.append(execute(project, bridge, plan, executor, ray_address))
+            try:
+                outcomes.append(execute(project, bridge, plan, executor, ray_address))
+            except StageFailure as failure:
+                if len(methods) == 1:
+                    raise
+                say(str(failure))
+                failures.append(failure)
     finally:
         bridge.close()
+    if failures:
+        raise StageFailure.combined(failures)
     return outcomes
 
 
@@ -216,9 +224,13 @@ def execute(project: Project, bridge: DvcBridge, plan: Plan, executor: str,
 
 
 class StageFailure(RuntimeError):
-    def __init__(self, outcome: Outcome):
+    def __init__(self, outcome: Outcome, message: str | None = None):
         self.outcome = outcome
-        super().__init__(
+        super().__init__(message or 
             f"{outcome.method}: failed: {', '.join(outcome.failed)}"
             + (f"; not run: {', '.join(outcome.not_run)}" if outcome.not_run else "")
             + f". Finished stages are recorded; `repro run {outcome.method}` resumes from here.")
+
+    @classmethod
+    def combined(cls, failures: list["StageFailure"]) -> "StageFailure":
+        return cls(failures[0].outcome, "; ".join(str(f) for f in failures))
