@@ -69,12 +69,12 @@ class Recipe(Section):
 
 class InterTrain(Section):
     """SSL inter-training that turns the stock into ingredients."""
-    ingredients: list[str] = ["mae_lr1", "mae_lr2", "moco_t0.1", "moco_t1",
+    ingredients: list[str] = ["mae_lr1", "mae_lr2", "moco_t0p1", "moco_t1",
                               "mmcr_global", "mmcr_local", "lejepa"]
     recipes: dict[str, Recipe] = {
         "mae_lr1": Recipe(algo="mae", lr=5e-4),
         "mae_lr2": Recipe(algo="mae", lr=1e-3),
-        "moco_t0.1": Recipe(algo="moco", lr=5e-4, temperature=0.1),
+        "moco_t0p1": Recipe(algo="moco", lr=5e-4, temperature=0.1),
         "moco_t1": Recipe(algo="moco", lr=5e-4, temperature=1.0),
         "mmcr_global": Recipe(algo="mmcr", lr=5e-4, local=False),
         "mmcr_local": Recipe(algo="mmcr", lr=5e-4, local=True),
@@ -90,7 +90,7 @@ class InterTrain(Section):
 
 class Robustness(Section):
     """Self-souping on unlabelled corrupted test images (transductive), then fine-tune back."""
-    ingredients: list[str] = ["mae_lr1", "moco_t0.1", "mmcr_global", "lejepa"]
+    ingredients: list[str] = ["mae_lr1", "moco_t0p1", "mmcr_global", "lejepa"]
     steps: int = 300
 
 
@@ -98,7 +98,7 @@ class FineTune(Section):
     # 'stock' = stock -> FT baseline; recipe names = FT of that SSL ingredient;
     # 'selfsoup_clean' / 'selfsoup_shift' = FT of the uniform soup of the robustness recipes
     # inter-trained on the clean pool (control) / on the corrupted test images.
-    models: list[str] = ["stock", "mae_lr1", "mae_lr2", "moco_t0.1", "moco_t1", "mmcr_global",
+    models: list[str] = ["stock", "mae_lr1", "mae_lr2", "moco_t0p1", "moco_t1", "mmcr_global",
                          "mmcr_local", "lejepa", "selfsoup_clean", "selfsoup_shift"]
     lrs: list[float] = [5e-4, 1e-3]      # grid, chosen per model on validation accuracy
     epochs: int = 25
@@ -146,9 +146,9 @@ class SelfsoupConfig(MethodConfig):
         "seeds": [0],
         "data": {"severities": [1, 5]},
         "stock": {"steps": 60},
-        "inter_train": {"ingredients": ["mae_lr1", "moco_t0.1"], "steps": 20},
-        "robustness": {"ingredients": ["mae_lr1", "moco_t0.1"], "steps": 20},
-        "finetune": {"models": ["stock", "mae_lr1", "moco_t0.1", "selfsoup_clean", "selfsoup_shift"],
+        "inter_train": {"ingredients": ["mae_lr1", "moco_t0p1"], "steps": 20},
+        "robustness": {"ingredients": ["mae_lr1", "moco_t0p1"], "steps": 20},
+        "finetune": {"models": ["stock", "mae_lr1", "moco_t0p1", "selfsoup_clean", "selfsoup_shift"],
                      "lrs": [1e-3], "epochs": 2},
         "season": {"epochs": 2},
     }
@@ -160,7 +160,7 @@ class SelfsoupConfig(MethodConfig):
         # official grid: MAE FT-ingredients lr {1..4}e-5, seasoning ingredients all 4e-5
         "inter_train": {"steps": 10_000, "batch": 128, "recipes": {
             "mae_lr1": {"algo": "mae", "lr": 1e-5}, "mae_lr2": {"algo": "mae", "lr": 4e-5},
-            "moco_t0.1": {"algo": "moco", "lr": 4e-5, "temperature": 0.1},
+            "moco_t0p1": {"algo": "moco", "lr": 4e-5, "temperature": 0.1},
             "moco_t1": {"algo": "moco", "lr": 4e-5, "temperature": 1.0},
             "mmcr_global": {"algo": "mmcr", "lr": 4e-5}, "mmcr_local": {"algo": "mmcr", "lr": 4e-5, "local": True},
             "lejepa": {"algo": "lejepa", "lr": 4e-5, "num_slices": 256}}},

@@ -15,7 +15,7 @@ def test_selfsoup_smoke_end_to_end(tmp_path):
         assert stage in " ".join(result.executed)
 
     table = read_table(result.out("selfsoup", "evaluate", "0") / "metrics.parquet").to_pandas()
-    models = {"stock", "mae_lr1", "moco_t0.1", "selfsoup_clean", "selfsoup_shift", "uniform_soup", "greedy_soup"}
+    models = {"stock", "mae_lr1", "moco_t0p1", "selfsoup_clean", "selfsoup_shift", "uniform_soup", "greedy_soup"}
     assert set(table.model) == models
     assert table.acc.between(0, 1).all() and table.nll.map(math.isfinite).all()
     # clean + 7 corruptions x severities {1, 5} (+ the shift sets at severity 3)
