@@ -1,0 +1,255 @@
+"""Synthetic corpora: unpaired CDR3beta (OLGA), anchor-motif peptides, planted TCR-epitope pairs.
+
+Specificity is planted with a hidden contact energy between the CDR3 middle and peptide
+P4-P8; a TCR "binds" an epitope when its (noisy) energy is in the top tail for that epitope.
+"""
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+
+import numpy as np
+import torch
+
+from components.common.io import save_torch, write_json_atomic, write_table
+
+AA = "ACDEFGHIKLMNPQRSTVWY"
+AA_INDEX = {a: i for i, a in enumerate(AA)}
+PEP_LEN = 9
+PEP_CONTACT = np.arange(3, 8)          # P4..P8 (0-based 3..7)
+CDR3_MIDDLE = 5                        # middle residues of the CDR3 that touch the peptide
+
+
+# ---------------------------------------------------------------- OLGA (unpaired TCRs, Pgen)
+@lru_cache(maxsize=1)
+def olga_trb():
+    """OLGA's shipped human TRB model: (genomic data, generative model)."""
+    import olga
+    import olga.load_model as load_model
+
+    root = os.path.join(os.path.dirname(olga.__file__), "default_models", "human_T_beta")
+    genomic = load_model.GenomicDataVDJ()
+    genomic.load_igor_genomic_data(f"{root}/model_params.txt", f"{root}/V_gene_CDR3_anchors.csv",
+                                   f"{root}/J_gene_CDR3_anchors.csv")
+    model = load_model.GenerativeModelVDJ()
+    model.load_and_process_igor_model(f"{root}/model_marginals.txt")
+    return genomic, model
+
+
+def sample_cdr3b(n: int, seed: int, min_len: int, max_len: int) -> dict[str, list]:
+    """``n`` unique productive CDR3beta (amino acids) with V/J genes, lengths in range."""
+    import olga.sequence_generation as seq_gen
+
+    genomic, model = olga_trb()
+    np.random.seed(seed)  # OLGA draws from numpy's global RNG
+    generator = seq_gen.SequenceGenerationVDJ(model, genomic)
+    seen, cdr3, v, j = set(), [], [], []
+    while len(cdr3) < n:
+        _, aa, vi, ji = generator.gen_rnd_prod_CDR3()
+        if not (min_len <= len(aa) <= max_len) or aa in seen or not set(aa) <= set(AA):
+            continue
+        seen.add(aa)
+        cdr3.append(aa)
+        v.append(genomic.genV[vi][0].split("*")[0])
+        j.append(genomic.genJ[ji][0].split("*")[0])
+    return {"cdr3": cdr3, "v": v, "j": j}
+
+
+def log10_pgen(cdr3s: list[str]) -> np.ndarray:
+    import olga.generation_probability as pgen
+
+    genomic, model = olga_trb()
+    scorer = pgen.GenerationProbabilityVDJ(model, genomic)
+    values = np.array([scorer.compute_aa_CDR3_pgen(s) for s in cdr3s], dtype=float)
+    return np.log10(np.clip(values, 1e-300, None))
+
+
+# ---------------------------------------------------------------- peptides
+def anchor_pwm() -> np.ndarray:
+    """HLA-A*02-like 9-mer motif: L/M at P2, V/L/I at P9, mildly uniform elsewhere."""
+    pwm = np.full((PEP_LEN, len(AA)), 1.0)
+    for aa, w in {"L": 30, "M": 8, "I": 4}.items():
+        pwm[1, AA_INDEX[aa]] += w
+    for aa, w in {"V": 25, "L": 12, "I": 6}.items():
+        pwm[8, AA_INDEX[aa]] += w
+    return pwm / pwm.sum(axis=1, keepdims=True)
+
+
+def sample_peptides(n: int, rng: np.random.Generator, exclude: set[str] = frozenset()) -> list[str]:
+    pwm, out, seen = anchor_pwm(), [], set(exclude)
+    while len(out) < n:
+        pep = "".join(AA[rng.choice(len(AA), p=pwm[i])] for i in range(PEP_LEN))
+        if pep not in seen:
+            seen.add(pep)
+            out.append(pep)
+    return out
+
+
+# ---------------------------------------------------------------- hidden contact energy
+def make_oracle(seed: int, n_contacts: int) -> dict[str, np.ndarray]:
+    """A fixed random symmetric residue matrix and a sparse CDR3-middle x peptide contact map."""
+    rng = np.random.default_rng(seed + 1000)
+    m = rng.standard_normal((len(AA), len(AA)))
+    m = (m + m.T) / np.sqrt(2)
+    weights = np.zeros((CDR3_MIDDLE, len(PEP_CONTACT)))
+    flat = rng.choice(weights.size, size=n_contacts, replace=False)
+    weights.flat[flat] = rng.uniform(0.5, 1.5, size=n_contacts)
+    return {"matrix": m, "contacts": weights}
+
+
+def cdr3_middle(cdr3: str) -> str:
+    start = (len(cdr3) - CDR3_MIDDLE) // 2
+    return cdr3[start:start + CDR3_MIDDLE]
+
+
+def energy(cdr3s: list[str], peptide: str, oracle: dict[str, np.ndarray]) -> np.ndarray:
+    """E(cdr3, pep) = sum_ij w_ij M[cdr3_mid_i, pep_j]; higher = stronger binding."""
+    mid = np.array([[AA_INDEX[a] for a in cdr3_middle(c)] for c in cdr3s])        # (N, 5)
+    pep = np.array([AA_INDEX[a] for a in peptide])[PEP_CONTACT]                  # (5,)
+    pair = oracle["matrix"][mid[:, :, None], pep[None, None, :]]                 # (N, 5, 5)
+    return (pair * oracle["contacts"][None]).sum(axis=(1, 2))
+
+
+# ---------------------------------------------------------------- stages
+def build_marginal_stage(cfg, ctx) -> None:
+    torch.set_num_threads(1)
+    d = cfg.data
+    rng = np.random.default_rng(d.seed)
+    tcrs = sample_cdr3b(d.n_marginal_tcr, d.seed, d.cdr3_min_len, d.cdr3_max_len)
+    write_table(ctx.out_dir / "marginal_tcr.parquet", tcrs)
+    write_table(ctx.out_dir / "marginal_pep.parquet", {"peptide": sample_peptides(d.n_marginal_pep, rng)})
+    ctx.write_metrics({"n_tcr": len(tcrs["cdr3"]), "n_pep": d.n_marginal_pep,
+                       "mean_cdr3_len": float(np.mean([len(c) for c in tcrs["cdr3"]]))})
+
+
+def assign_binders(z: np.ndarray, noise: np.ndarray, sigma: float, quantile: float,
+                   per_epitope: int, rng: np.random.Generator) -> dict[int, np.ndarray]:
+    """Pool indices of the planted binders of each epitope (a TCR binds at most one epitope).
+
+    ``z`` (K, N) is the per-epitope standardised energy; sigma scales fixed label noise, so a
+    larger sigma makes the planted signal weaker (noisier labels, as in real assays)."""
+    noisy = z + sigma * noise
+    passes = noisy >= np.quantile(noisy, quantile, axis=1, keepdims=True)
+    best = np.where(passes, noisy, -np.inf).argmax(axis=0)      # strongest epitope per TCR
+    binders = {}
+    for e in range(z.shape[0]):
+        idx = np.flatnonzero(passes[e] & (best == e))
+        binders[e] = rng.permutation(idx)[:per_epitope]
+    return binders
+
+
+def make_pairs(binders: dict[int, np.ndarray], n_pool: int, rng: np.random.Generator) -> dict:
+    """Positives + swapped negatives (binder of e with another epitope) + background negatives
+    (a non-binder with e), one of each per positive so the TCR length mix is matched."""
+    k = len(binders)
+    any_binder = np.zeros(n_pool, bool)
+    for idx in binders.values():
+        any_binder[idx] = True
+    background = rng.permutation(np.flatnonzero(~any_binder))
+    epi, tcr, label, kind = [], [], [], []
+    cursor = 0
+    for e, idx in binders.items():
+        for t in idx:
+            other = (e + 1 + rng.integers(k - 1)) % k
+            epi += [e, other, e]
+            tcr += [t, t, background[cursor]]
+            label += [1, 0, 0]
+            kind += ["positive", "swapped", "background"]
+            cursor += 1
+    return {"epitope_id": np.array(epi), "tcr_id": np.array(tcr), "label": np.array(label),
+            "kind": np.array(kind)}
+
+
+def assign_splits(pairs: dict, n_epitopes: int, d, rng: np.random.Generator) -> np.ndarray:
+    """Epitope-held-out, then TCR-held-out (and a validation set of TCRs), then random pairs."""
+    heldout_epi = rng.choice(n_epitopes, size=d.n_heldout_epitopes, replace=False)
+    tcrs = rng.permutation(np.unique(pairs["tcr_id"]))
+    n_test, n_val = int(d.heldout_tcr_fraction * len(tcrs)), int(d.val_tcr_fraction * len(tcrs))
+    test_tcr, val_tcr = set(tcrs[:n_test]), set(tcrs[n_test:n_test + n_val])
+    split = np.array(["train"] * len(pairs["label"]), dtype=object)
+    for i, (e, t) in enumerate(zip(pairs["epitope_id"], pairs["tcr_id"])):
+        if e in heldout_epi:
+            split[i] = "test_epitope"
+        elif t in test_tcr:
+            split[i] = "test_tcr"
+        elif t in val_tcr:
+            split[i] = "val"
+        elif rng.random() < d.random_test_fraction:
+            split[i] = "test_random"
+    # a held-out-epitope pair whose TCR is a TCR-held-out one stays out of training either way
+    return split.astype(str)
+
+
+def contact_features(cdr3s: list[str], peptides: list[str]):
+    """Sparse one-hot of every (CDR3-middle position, residue) x (peptide P4-P8 position, residue)."""
+    from scipy.sparse import csr_matrix
+
+    rows, cols = [], []
+    for r, (c, p) in enumerate(zip(cdr3s, peptides)):
+        mid, pep = cdr3_middle(c), p[3:8]
+        for i, a in enumerate(mid):
+            for j, b in enumerate(pep):
+                rows.append(r)
+                cols.append(((i * 20 + AA_INDEX[a]) * 5 + j) * 20 + AA_INDEX[b])
+    return csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(cdr3s), 100 * 100))
+
+
+def supervised_val_auroc(pairs: dict, split: np.ndarray, pool: list[str], epitopes: list[str]) -> float:
+    """A supervised logistic classifier on contact features, trained on train, scored on val."""
+    from sklearn.linear_model import LogisticRegression
+
+    from components.common.metrics import auroc
+
+    cdr3 = [pool[t] for t in pairs["tcr_id"]]
+    pep = [epitopes[e] for e in pairs["epitope_id"]]
+    x = contact_features(cdr3, pep)
+    tr, va = split == "train", split == "val"
+    clf = LogisticRegression(C=0.3, max_iter=500).fit(x[tr], pairs["label"][tr])
+    return auroc(clf.decision_function(x[va]), pairs["label"][va])
+
+
+def build_paired_stage(cfg, ctx) -> None:
+    torch.set_num_threads(1)
+    from components.common.io import read_table
+
+    d = cfg.data
+    marginal = ctx.inputs["build_marginal"]
+    seen_tcr = set(read_table(marginal / "marginal_tcr.parquet").column("cdr3").to_pylist())
+    seen_pep = set(read_table(marginal / "marginal_pep.parquet").column("peptide").to_pylist())
+    # the pool is disjoint from the marginal corpus, so no held-out TCR was seen in S1
+    drawn = sample_cdr3b(d.n_pool_tcr + len(seen_tcr) // 4 + 200, d.seed + 1, d.cdr3_min_len,
+                         d.cdr3_max_len)
+    keep = [i for i, c in enumerate(drawn["cdr3"]) if c not in seen_tcr][:d.n_pool_tcr]
+    pool = {k: [v[i] for i in keep] for k, v in drawn.items()}
+    rng = np.random.default_rng(d.seed + 2)
+    epitopes = sample_peptides(d.n_epitopes, rng, exclude=seen_pep)
+    oracle = make_oracle(d.seed, d.contacts)
+    e_pool = np.stack([energy(pool["cdr3"], p, oracle) for p in epitopes])      # (K, N)
+    z = (e_pool - e_pool.mean(1, keepdims=True)) / e_pool.std(1, keepdims=True)
+    noise = rng.standard_normal(z.shape)
+
+    def dataset(sigma: float):
+        r = np.random.default_rng(d.seed + 3)  # same draws for every sigma
+        pairs = make_pairs(assign_binders(z, noise, sigma, d.binder_quantile,
+                                          d.positives_per_epitope, r), len(pool["cdr3"]), r)
+        return pairs, assign_splits(pairs, d.n_epitopes, d, r)
+
+    # calibrate the planted-signal strength once, on validation TCRs only
+    calibration = {s: supervised_val_auroc(*dataset(s), pool["cdr3"], epitopes) for s in d.noise_grid}
+    sigma = min(calibration, key=lambda s: abs(calibration[s] - d.target_supervised_auroc))
+    pairs, split = dataset(sigma)
+    write_table(ctx.out_dir / "paired.parquet", {
+        "epitope": [epitopes[e] for e in pairs["epitope_id"]], "epitope_id": pairs["epitope_id"],
+        "cdr3": [pool["cdr3"][t] for t in pairs["tcr_id"]], "tcr_id": pairs["tcr_id"],
+        "v": [pool["v"][t] for t in pairs["tcr_id"]], "j": [pool["j"][t] for t in pairs["tcr_id"]],
+        "label": pairs["label"], "kind": pairs["kind"], "split": split})
+    write_table(ctx.out_dir / "pool.parquet", pool)
+    threshold = np.quantile(e_pool, d.binder_quantile, axis=1)                  # noise-free binder cut
+    save_torch(ctx.out_dir / "oracle.pt", {**oracle, "epitopes": epitopes, "pool_energy": e_pool,
+                                           "binder_threshold": threshold})
+    write_json_atomic(ctx.out_dir / "calibration.json",
+                      {"sigma": sigma, "val_auroc_by_sigma": {str(k): v for k, v in calibration.items()}})
+    counts = {s: int((split == s).sum()) for s in np.unique(split)}
+    ctx.write_metrics({"label_noise_sigma": sigma, "supervised_val_auroc": calibration[sigma],
+                       "n_pairs": int(len(split)), "n_positive": int(pairs["label"].sum()),
+                       **{f"n_{s}": n for s, n in counts.items()}})

@@ -1,0 +1,231 @@
+"""Scoring (masked-peptide PLL), discrimination metrics, design generation and its evaluation."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from components.common.io import load_torch, read_json, read_table, write_json_atomic, write_table
+from components.common.metrics import auroc, summarize
+from components.common.seeds import seed_everything
+from components.decodertcr.corpus import energy, log10_pgen
+from components.decodertcr.decoding import design
+from components.decodertcr.model import masked_peptide_pll, positionwise_pll
+from components.decodertcr.tokens import REGION_CDR3, decode_region, encode
+from components.decodertcr.train import new_model
+
+EVAL_SPLITS = ("test_tcr", "test_epitope", "test_random", "val")
+
+
+def load_model(cfg, path) -> torch.nn.Module:
+    model = new_model(cfg)
+    model.load_state_dict(load_torch(path / "model.pt"))
+    return model.eval()
+
+
+def score_stage(cfg, ctx) -> None:
+    torch.set_num_threads(1)
+    variant, seed = ctx.item["variant"], ctx.item["seed"]
+    model = load_model(cfg, ctx.inputs["train_paired"][f"{variant}-{seed}"])
+    tokens = load_torch(ctx.inputs["tokenize"] / "tokens.pt")
+    paired = read_table(ctx.inputs["build_paired"] / "paired.parquet").to_pandas()
+    parts = []
+    for split in EVAL_SPLITS:
+        rows = paired[paired["split"] == split].copy()  # same order as tokenize's split tensors
+        if split not in tokens or rows.empty:
+            continue
+        rows["pll"] = masked_peptide_pll(model, *tokens[split]).numpy()
+        parts.append(rows[["split", "epitope_id", "tcr_id", "kind", "label", "pll"]])
+    import pandas as pd
+
+    scores = pd.concat(parts, ignore_index=True)
+    write_table(ctx.out_dir / "scores.parquet", scores)
+    ctx.write_metrics({f"mean_pll_{s}": float(g["pll"].mean()) for s, g in scores.groupby("split")})
+
+
+def per_epitope_auroc(frame) -> dict[int, float]:
+    """AUROC of the PLL per epitope, only epitopes with both classes (as the official code)."""
+    out = {}
+    for e, g in frame.groupby("epitope_id"):
+        if g["label"].nunique() == 2:
+            out[int(e)] = auroc(g["pll"].to_numpy(), g["label"].to_numpy())
+    return out
+
+
+def discrimination_rows(variant: str, seed: int, scores) -> list[dict]:
+    from sklearn.metrics import average_precision_score
+
+    rows = []
+    for split, frame in scores.groupby("split"):
+        per_epi = per_epitope_auroc(frame)
+        pos = frame[frame["label"] == 1]
+        by_kind = {k: auroc(np.r_[pos["pll"], g["pll"]], np.r_[np.ones(len(pos)), np.zeros(len(g))])
+                   for k, g in frame[frame["label"] == 0].groupby("kind")}
+        rows.append({"variant": variant, "seed": seed, "split": split,
+                     "macro_auroc": float(np.mean(list(per_epi.values()))) if per_epi else float("nan"),
+                     "n_epitopes": len(per_epi),
+                     "auprc": float(average_precision_score(frame["label"], frame["pll"])),
+                     "auroc_vs_swapped": by_kind.get("swapped", float("nan")),
+                     "auroc_vs_background": by_kind.get("background", float("nan"))})
+    return rows
+
+
+def evaluate_discrimination_stage(cfg, ctx) -> None:
+    import pandas as pd
+
+    rows = []
+    for key, path in ctx.inputs["score"].items():
+        variant, seed = key.rsplit("-", 1)
+        rows += discrimination_rows(variant, int(seed), read_table(path / "scores.parquet").to_pandas())
+    table = pd.DataFrame(rows).sort_values(["split", "variant", "seed"])
+    write_table(ctx.out_dir / "discrimination.parquet", table)
+    metrics = {}
+    for (split, variant), g in table.groupby(["split", "variant"]):
+        metrics[f"{split}/{variant}/macro_auroc"] = float(g["macro_auroc"].mean())
+        metrics[f"{split}/{variant}/auprc"] = float(g["auprc"].mean())
+    ctx.write_metrics(metrics)
+
+
+# ---------------------------------------------------------------- generation
+def design_targets(paired, g, data_seed: int) -> list[tuple[int, str, str]]:
+    """(epitope id, epitope, template CDR3): seen epitopes x unseen background TCRs."""
+    rng = np.random.default_rng(data_seed + 11)
+    seen = sorted(paired.loc[paired["split"] == "train", "epitope_id"].unique())[:g.n_epitopes]
+    templates = paired.loc[(paired["split"] == "test_tcr") & (paired["kind"] == "background"), "cdr3"]
+    templates = sorted(set(templates))
+    out = []
+    for e in seen:
+        epitope = paired.loc[paired["epitope_id"] == e, "epitope"].iloc[0]
+        for i in rng.choice(len(templates), size=min(g.templates_per_epitope, len(templates)),
+                            replace=False):
+            out.append((int(e), epitope, templates[i]))
+    return out
+
+
+def generation_model_key(cfg, seed: int) -> str:
+    variant = "curriculum" if "curriculum" in cfg.train.variants else cfg.train.variants[0]
+    return f"{variant}-{seed}"
+
+
+def generate_stage(cfg, ctx) -> None:
+    """Redesign the CDR3 middle (germline ends kept) for seen epitopes with each decoder."""
+    torch.set_num_threads(1)
+    seed, g = ctx.item["seed"], cfg.generate
+    seed_everything(seed)
+    model = load_model(cfg, ctx.inputs["train_paired"][generation_model_key(cfg, seed)])
+    paired = read_table(ctx.inputs["build_paired"] / "paired.parquet").to_pandas()
+    oracle = load_torch(ctx.inputs["build_paired"] / "oracle.pt")
+    targets = design_targets(paired, g, cfg.data.seed)
+    rows = []
+    for n, (e, epitope, template) in enumerate(targets):
+        tokens, region = (torch.tensor(v) for v in encode(epitope, template))
+        cdr3_pos = torch.nonzero(region == REGION_CDR3).flatten().tolist()
+        positions = cdr3_pos[g.keep_ends:len(cdr3_pos) - g.keep_ends]
+        for m, method in enumerate(g.methods):
+            x = design(method, model, tokens, positions, g, seed=seed * 100_003 + n * 7 + m)
+            cdr3 = decode_region(x, region, REGION_CDR3)
+            e_value = float(energy([cdr3], epitope, oracle)[0])
+            rows.append({"seed": seed, "method": method, "epitope_id": e, "template": template,
+                         "cdr3": cdr3, "energy": e_value,
+                         "energy_percentile": float(100 * (oracle["pool_energy"][e] < e_value).mean()),
+                         "hit": bool(e_value >= oracle["binder_threshold"][e]),
+                         "model_pll": positionwise_pll(model, x, positions)})
+        ctx.progress(n + 1, len(targets), "designing")
+    import pandas as pd
+
+    frame = pd.DataFrame(rows)
+    write_table(ctx.out_dir / "designs.parquet", frame)
+    ctx.write_metrics({f"{m}/{k}": float(grp[k].mean()) for m, grp in frame.groupby("method")
+                       for k in ("energy_percentile", "model_pll", "hit")})
+
+
+def aa_composition_kl(seqs: list[str], reference: list[str]) -> float:
+    def freqs(ss):
+        counts = np.ones(20)
+        for s in ss:
+            for a in s:
+                counts["ACDEFGHIKLMNPQRSTVWY".index(a)] += 1
+        return counts / counts.sum()
+
+    p, q = freqs(seqs), freqs(reference)
+    return float((p * np.log(p / q)).sum())
+
+
+def evaluate_generation_stage(cfg, ctx) -> None:
+    import pandas as pd
+
+    g = cfg.generate
+    torch.set_num_threads(1)
+    frame = pd.concat([read_table(p / "designs.parquet").to_pandas()
+                       for p in ctx.inputs["generate"].values()], ignore_index=True)
+    pool = read_table(ctx.inputs["build_paired"] / "pool.parquet").column("cdr3").to_pylist()
+    real = pool[:g.n_pgen_real]
+    real_pgen = log10_pgen(real)
+    oracle = load_torch(ctx.inputs["build_paired"] / "oracle.pt")
+    templates = frame.drop_duplicates(["epitope_id", "template"])
+    template_pct = [100 * (oracle["pool_energy"][e] < energy([t], oracle["epitopes"][e], oracle)[0]).mean()
+                    for e, t in zip(templates["epitope_id"], templates["template"])]
+    metrics = {"real/log10_pgen": float(real_pgen.mean()),
+               "template/energy_percentile": float(np.mean(template_pct))}
+    per_seed = []
+    for (method, seed), grp in frame.groupby(["method", "seed"]):
+        pgen = log10_pgen(grp["cdr3"].tolist()[:g.n_pgen])
+        finite = pgen[pgen > -300]
+        per_seed.append({"method": method, "seed": int(seed),
+                         "energy_percentile": grp["energy_percentile"].mean(),
+                         "model_pll": grp["model_pll"].mean(), "hit_rate": grp["hit"].mean(),
+                         "log10_pgen": float(finite.mean()) if len(finite) else float("nan"),
+                         "pgen_zero_fraction": float((pgen <= -300).mean()),
+                         "unique_fraction": grp["cdr3"].nunique() / len(grp),
+                         "aa_kl_vs_real": aa_composition_kl(grp["cdr3"].tolist(), pool)})
+    table = pd.DataFrame(per_seed)
+    write_table(ctx.out_dir / "generation.parquet", table)
+    write_json_atomic(ctx.out_dir / "real_pgen.json", {"mean": float(real_pgen.mean()), "n": len(real)})
+    for method, grp in table.groupby("method"):
+        for k in ("energy_percentile", "model_pll", "hit_rate", "log10_pgen", "pgen_zero_fraction",
+                  "unique_fraction", "aa_kl_vs_real"):
+            metrics[f"{method}/{k}"] = float(grp[k].mean())
+    ctx.write_metrics(metrics)
+
+
+# ---------------------------------------------------------------- report
+def report_stage(cfg, ctx) -> None:
+    c = cfg.claims
+    disc = read_table(ctx.inputs["evaluate_discrimination"] / "discrimination.parquet").to_pandas()
+    gen = read_table(ctx.inputs["evaluate_generation"] / "generation.parquet").to_pandas()
+    gen_metrics = load_metrics(ctx.inputs["evaluate_generation"])
+    held = disc[disc["split"] == "test_tcr"].pivot(index="seed", columns="variant", values="macro_auroc")
+    claims: dict = {}
+    if {"curriculum", "paired_only"} <= set(held.columns):
+        gain = summarize(held["curriculum"] - held["paired_only"])
+        cur = float(held["curriculum"].mean())
+        claims["1_curriculum_beats_paired_only"] = {
+            "curriculum_macro_auroc": cur, "paired_only_macro_auroc": float(held["paired_only"].mean()),
+            "gain": gain, "pass": bool(gain["mean"] >= c.min_auroc_gain and cur >= c.min_curriculum_auroc)}
+    g = gen.pivot(index="seed", columns="method", values="energy_percentile")
+    p = gen.pivot(index="seed", columns="method", values="model_pll")
+    if {"iegr", "one_shot"} <= set(g.columns):
+        pct_gain = float((g["iegr"] - g["one_shot"]).mean())
+        pll_gain = float((p["iegr"] - p["one_shot"]).mean())
+        claims["2_iegr_beats_one_shot"] = {
+            "energy_percentile_gain": pct_gain, "model_pll_gain": pll_gain,
+            "pass": bool(pct_gain >= c.min_energy_percentile_gain and pll_gain > 0)}
+    hit = gen.groupby("method")["hit_rate"].mean().to_dict()
+    pgen_gap = abs(gen_metrics.get("iegr/log10_pgen", float("nan")) - gen_metrics["real/log10_pgen"])
+    claims["3_prediction_generation_gap"] = {
+        "test_tcr_macro_auroc": float(held.mean().get("curriculum", float("nan"))),
+        "hit_rate_by_method": hit, "iegr_log10_pgen_gap_to_real": pgen_gap,
+        "realism_within_bound": bool(pgen_gap <= c.max_log10_pgen_gap), "gated": False}
+    write_json_atomic(ctx.out_dir / "claims.json", claims)
+    gated = [v["pass"] for k, v in claims.items() if "pass" in v]
+    ctx.write_metrics({"criteria_passed": int(sum(gated)), "criteria_gated": len(gated),
+                       **{f"{k}/pass": float(v["pass"]) for k, v in claims.items() if "pass" in v},
+                       "iegr_hit_rate": float(hit.get("iegr", float("nan"))),
+                       "iegr_log10_pgen_gap": float(pgen_gap)})
+
+
+def load_metrics(stage_dir) -> dict:
+    """Mean log10 Pgen per method and of real OLGA CDR3s, from evaluate_generation's files."""
+    gen = read_table(stage_dir / "generation.parquet").to_pandas()
+    out = {f"{m}/log10_pgen": float(g["log10_pgen"].mean()) for m, g in gen.groupby("method")}
+    out["real/log10_pgen"] = read_json(stage_dir / "real_pgen.json")["mean"]
+    return out

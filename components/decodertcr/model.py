@@ -1,0 +1,71 @@
+"""A small bidirectional transformer encoder for masked-LM over TCR-pMHC complexes, and the
+masked-peptide pseudo-log-likelihood used as a zero-shot binding score.
+
+(The shared ``components.common.transformer`` is causal; an MLM needs full attention, so the
+encoder here is built from torch's ``TransformerEncoderLayer``.)
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from components.decodertcr.tokens import (MASK, MAX_LEN, N_SPECIAL, PAD, REGION_PEPTIDE,
+                                          VOCAB_SIZE)
+
+
+class MaskedLM(nn.Module):
+    def __init__(self, d_model: int = 64, n_layers: int = 3, n_heads: int = 4, dropout: float = 0.0):
+        super().__init__()
+        self.tok_emb = nn.Embedding(VOCAB_SIZE, d_model)
+        self.pos_emb = nn.Embedding(MAX_LEN, d_model)
+        layer = nn.TransformerEncoderLayer(d_model, n_heads, 4 * d_model, dropout, activation="gelu",
+                                           batch_first=True, norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, n_layers, enable_nested_tensor=False)
+        self.ln_out = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, N_AA, bias=True)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """(B, T) token ids -> (B, T, 20) amino-acid logits (specials are never predicted)."""
+        x = self.tok_emb(tokens) + self.pos_emb(torch.arange(tokens.shape[1]))
+        x = self.encoder(x, src_key_padding_mask=tokens == PAD)
+        return self.head(self.ln_out(x))
+
+
+N_AA = VOCAB_SIZE - N_SPECIAL
+
+
+def mlm_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    inputs, targets = batch
+    logits = model(inputs)
+    return F.cross_entropy(logits.reshape(-1, N_AA), targets.reshape(-1), ignore_index=-100)
+
+
+@torch.no_grad()
+def masked_peptide_pll(model: nn.Module, tokens: torch.Tensor, region: torch.Tensor,
+                       batch_size: int = 512) -> torch.Tensor:
+    """Mean log p(true residue) over the peptide when the *whole* peptide is masked in one pass
+    (partial masking would leak the answer). Higher = more binder-like."""
+    model.eval()
+    out = []
+    for start in range(0, len(tokens), batch_size):
+        tok, reg = tokens[start:start + batch_size], region[start:start + batch_size]
+        is_pep = reg == REGION_PEPTIDE
+        logp = F.log_softmax(model(tok.masked_fill(is_pep, MASK)), dim=-1)
+        true = (tok - N_SPECIAL).clamp(min=0)
+        per_pos = logp.gather(-1, true[..., None])[..., 0] * is_pep
+        out.append(per_pos.sum(1) / is_pep.sum(1))
+    return torch.cat(out)
+
+
+@torch.no_grad()
+def positionwise_pll(model: nn.Module, tokens: torch.Tensor, positions: list[int]) -> float:
+    """Pseudo-log-likelihood of the residues at ``positions`` of one sequence: each position is
+    masked on its own with the rest as context (ESM-style PLL), averaged."""
+    model.eval()
+    batch = tokens.repeat(len(positions), 1)
+    rows = torch.arange(len(positions))
+    cols = torch.tensor(positions)
+    batch[rows, cols] = MASK
+    logp = F.log_softmax(model(batch), dim=-1)
+    return float(logp[rows, cols, tokens[cols] - N_SPECIAL].mean())

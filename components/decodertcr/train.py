@@ -1,0 +1,98 @@
+"""Tokenize the corpora and train the masked LMs: marginal pre-training (S1), then the paired
+stage per variant (curriculum continues S1; paired-only and mixed start from scratch with the
+same total number of steps)."""
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+import torch
+
+from components.common.io import load_torch, read_table, save_torch
+from components.common.seeds import seed_everything
+from components.common.train import fit
+from components.decodertcr.model import MaskedLM, mlm_loss
+from components.decodertcr.tokens import encode_many, mask_batch
+
+VARIANTS = ("curriculum", "paired_only", "mixed")
+
+
+def tokenize_stage(cfg, ctx) -> None:
+    torch.set_num_threads(1)
+    marginal, paired_dir = ctx.inputs["build_marginal"], ctx.inputs["build_paired"]
+    tcr = read_table(marginal / "marginal_tcr.parquet").column("cdr3").to_pylist()
+    pep = read_table(marginal / "marginal_pep.parquet").column("peptide").to_pylist()
+    # marginal data: single components, each with the other chain absent
+    m_tok, m_reg = encode_many([""] * len(tcr) + pep, tcr + [""] * len(pep))
+    paired = read_table(paired_dir / "paired.parquet").to_pydict()
+    p_tok, p_reg = encode_many(paired["epitope"], paired["cdr3"])
+    split, label = np.array(paired["split"]), np.array(paired["label"])
+    out = {"marginal": (m_tok, m_reg)}
+    for name in np.unique(split):
+        rows = torch.from_numpy(np.flatnonzero(split == name))
+        out[str(name)] = (p_tok[rows], p_reg[rows])
+    # the MLM sees only observed (binding) complexes, like VDJdb; negatives are for scoring
+    binders = torch.from_numpy(np.flatnonzero((split == "train") & (label == 1)))
+    out["train_binders"] = (p_tok[binders], p_reg[binders])
+    save_torch(ctx.out_dir / "tokens.pt", out)
+    ctx.write_metrics({f"n_{k}": int(v[0].shape[0]) for k, v in out.items()})
+
+
+def mlm_batches(sources: list[tuple[torch.Tensor, torch.Tensor]], weights: list[float],
+                batch_size: int, t, gen: torch.Generator) -> Iterator:
+    """Endless masked batches; each batch comes from one source picked with ``weights``."""
+    probs = torch.tensor(weights, dtype=torch.float)
+    while True:
+        tokens, region = sources[int(torch.multinomial(probs, 1, generator=gen))]
+        rows = torch.randint(len(tokens), (batch_size,), generator=gen)
+        yield mask_batch(tokens[rows], region[rows], t.mask_rate, t.segment_prob, gen)
+
+
+def new_model(cfg) -> MaskedLM:
+    m = cfg.model
+    return MaskedLM(m.d_model, m.n_layers, m.n_heads, m.dropout)
+
+
+def train_mlm(model, sources, weights, steps: int, cfg, seed: int, ctx, prefix: str) -> list[dict]:
+    gen = torch.Generator().manual_seed(seed)
+    t = cfg.train
+    return fit(model, mlm_batches(sources, weights, t.batch_size, t, gen), mlm_loss, steps=steps,
+               lr=t.lr, warmup=t.warmup, ctx=ctx, log_every=25, prefix=prefix)
+
+
+def pretrain_marginal_stage(cfg, ctx) -> None:
+    """S1: component representations from unpaired TCRs and peptides."""
+    torch.set_num_threads(1)
+    seed = ctx.item["seed"]
+    seed_everything(seed)
+    tokens = load_torch(ctx.inputs["tokenize"] / "tokens.pt")
+    model = new_model(cfg)
+    records = train_mlm(model, [tokens["marginal"]], [1.0], cfg.train.marginal_steps, cfg,
+                        seed, ctx, "s1")
+    save_torch(ctx.out_dir / "model.pt", model.state_dict())
+    ctx.write_metrics({"final_loss": records[-1]["s1/loss"]})
+
+
+def train_paired_stage(cfg, ctx) -> None:
+    """S2 per variant, all at marginal_steps + paired_steps optimiser steps in total."""
+    torch.set_num_threads(1)
+    variant, seed = ctx.item["variant"], ctx.item["seed"]
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; choose from {VARIANTS}")
+    seed_everything(seed)
+    t = cfg.train
+    tokens = load_torch(ctx.inputs["tokenize"] / "tokens.pt")
+    model = new_model(cfg)
+    total = t.marginal_steps + t.paired_steps
+    if variant == "curriculum":
+        s1 = load_torch(ctx.inputs["pretrain_marginal"][str(seed)] / "model.pt")
+        model.load_state_dict(s1)
+        records = train_mlm(model, [tokens["train_binders"]], [1.0], t.paired_steps, cfg, seed + 1, ctx, "s2")
+    elif variant == "paired_only":
+        records = train_mlm(model, [tokens["train_binders"]], [1.0], total, cfg, seed + 1, ctx, "s2")
+    else:  # same marginal/paired exposure as the curriculum, but shuffled together
+        records = train_mlm(model, [tokens["marginal"], tokens["train_binders"]],
+                            [t.marginal_steps / total, t.paired_steps / total], total, cfg,
+                            seed + 1, ctx, "s2")
+    save_torch(ctx.out_dir / "model.pt", model.state_dict())
+    ctx.write_metrics({"final_loss": records[-1]["s2/loss"]})
