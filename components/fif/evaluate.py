@@ -1,0 +1,100 @@
+"""Stage: Recall@{1,2,5,10}, MRR@10, reader calls / tokens / latency per query, the pass
+criteria of CLAIMS.md (mean over corpus seeds), and a plot."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from components.common.io import read_table, write_json_atomic, write_table
+
+KS = (1, 2, 5, 10)
+
+
+def recall_at(ranked: list[int], relevant: set[int], k: int) -> float:
+    """LILaC's definition: a hit if at least one relevant component is in the top k."""
+    return float(any(c in relevant for c in ranked[:k]))
+
+
+def mrr_at(ranked: list[int], relevant: set[int], k: int = 10) -> float:
+    for i, c in enumerate(ranked[:k]):
+        if c in relevant:
+            return 1.0 / (i + 1)
+    return 0.0
+
+
+def score_runs(runs: dict, qrels: dict[str, set[int]]) -> dict[str, dict[str, float]]:
+    """Per method: mean metrics in percent (recall, MRR) and mean cost per query."""
+    acc: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for m, qid, ranked, calls, tokens, lat in zip(runs["method"], runs["qid"], runs["ranked"], runs["calls"],
+                                                   runs["tokens"], runs["latency_s"]):
+        rel = qrels[qid]
+        for k in KS:
+            acc[m][f"R@{k}"].append(100 * recall_at(list(ranked), rel, k))
+        acc[m]["MRR@10"].append(100 * mrr_at(list(ranked), rel))
+        acc[m]["calls"].append(calls), acc[m]["tokens"].append(tokens), acc[m]["latency_s"].append(lat)
+    return {m: {k: float(np.mean(v)) for k, v in d.items()} for m, d in acc.items()}
+
+
+def criteria(mean: dict[str, dict[str, float]], per_seed: list[dict]) -> dict[str, float]:
+    r = lambda m: mean[m]["R@10"]  # noqa: E731
+    out = {
+        "G1_fif_minus_lilac": r("fif") - r("lilac_like"),
+        "G1_fif_minus_ircot": r("fif") - r("ircot_like"),
+        "G2_recall_loss_no_backtrack": r("fif") - r("fif_no_backtrack"),
+        "G2_calls_no_backtrack_over_fif": mean["fif_no_backtrack"]["calls"] / max(mean["fif"]["calls"], 1e-9),
+        "G3_token_ratio_fif_over_max": mean["fif"]["tokens"] / max(mean["always_max"]["tokens"], 1e-9),
+        "G3_recall_gap_max_minus_fif": r("always_max") - r("fif"),
+    }
+    out["G1_pass"] = float(out["G1_fif_minus_lilac"] >= 5 and out["G1_fif_minus_ircot"] >= 3)
+    out["G2_pass"] = float(out["G2_recall_loss_no_backtrack"] >= 2 and out["G2_calls_no_backtrack_over_fif"] > 1)
+    out["G3_pass"] = float(out["G3_token_ratio_fif_over_max"] <= 0.6 and out["G3_recall_gap_max_minus_fif"] <= 3)
+    for tag in sorted({m.split("@")[1] for m in mean if "@" in m}):
+        f, l, i = (mean.get(f"{m}@{tag}", {}).get("R@10") for m in ("fif", "lilac_like", "ircot_like"))
+        if None not in (f, l, i):
+            out[f"G1_{tag}_fif_minus_lilac"], out[f"G1_{tag}_fif_minus_ircot"] = f - l, f - i
+    out["G1_seeds_pass"] = float(sum(s["fif"]["R@10"] - s["lilac_like"]["R@10"] >= 5 and
+                                     s["fif"]["R@10"] - s["ircot_like"]["R@10"] >= 3 for s in per_seed))
+    return out
+
+
+def evaluate_stage(cfg, ctx) -> None:
+    per_seed = []
+    for seed in cfg.seeds:
+        runs = read_table(ctx.inputs["retrieve"][str(seed)] / "runs.parquet").to_pydict()
+        qrels_t = read_table(ctx.inputs["build_corpus"][str(seed)] / "qrels.parquet").to_pydict()
+        qrels = {q: {int(c)} for q, c in zip(qrels_t["qid"], qrels_t["comp_id"])}
+        per_seed.append(score_runs(runs, qrels))
+    methods = list(per_seed[0])
+    keys = list(per_seed[0][methods[0]])
+    mean = {m: {k: float(np.mean([s[m][k] for s in per_seed])) for k in keys} for m in methods}
+    std = {m: {k: float(np.std([s[m][k] for s in per_seed])) for k in keys} for m in methods}
+    table = {"method": methods, **{k: [mean[m][k] for m in methods] for k in keys},
+             **{f"{k}_std": [std[m][k] for m in methods] for k in keys}}
+    write_table(ctx.out_dir / "results.parquet", table)
+    crit = criteria(mean, per_seed)
+    write_json_atomic(ctx.out_dir / "results.json", {"mean": mean, "std": std, "per_seed": per_seed, "criteria": crit})
+    _plot(ctx.out_dir / "recall_vs_tokens.png", mean)
+    ctx.log_artifact(ctx.out_dir / "recall_vs_tokens.png")
+    flat = {f"{m}/{k}": v for m, d in mean.items() for k, v in d.items() if k in ("R@10", "MRR@10", "calls", "tokens")}
+    ctx.write_metrics({**flat, **crit})
+
+
+def _plot(path, mean) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for m, d in mean.items():
+        if "@" in m:
+            continue
+        ax.scatter(d["tokens"], d["R@10"])
+        ax.annotate(m, (d["tokens"], d["R@10"]), fontsize=7)
+    ax.set_xlabel("reader tokens / query")
+    ax.set_ylabel("R@10 (%)")
+    ax.set_xscale("symlog")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
