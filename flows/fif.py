@@ -1,0 +1,29 @@
+"""fif — "Failure is Feedback: History-Aware Backtracking for Agentic Traversal in Multimodal
+Graphs" (ICML 2026). SynthWiki corpus, MiniLM embeddings, deterministic offline reader."""
+from flows.runtime.dag import Method, Resources, Stage
+
+M = "components.fif"
+
+METHOD = Method(
+    name="fif",
+    title="Failure is Feedback: history-aware backtracking and cost-aware escalation",
+    paper="https://arxiv.org/abs/2602.03432",
+    config=f"{M}.config:FifConfig",
+    # the MiniLM encoder is reused from caft (offline weights); its change must restage us
+    code=("components/fif", "components/common", "components/caft/minilm.py", "flows/fif.py"),
+    stages=(
+        Stage("build_corpus", f"{M}.corpus:build_corpus_stage", params=("corpus", "seeds"),
+              fan_out={"seed": "seeds"}, description="SynthWiki pages, multi-hop queries, qrels"),
+        Stage("build_graph", f"{M}.graph:build_graph_stage", params=("seeds",), deps=("build_corpus",),
+              fan_out={"seed": "seeds"}, description="Layered graph V0/V1/V2 and navigational edges"),
+        Stage("embed", f"{M}.embed:embed_stage", params=("embed", "seeds"), deps=("build_graph",),
+              fan_out={"seed": "seeds"}, resources=Resources(num_cpus=1),
+              description="all-MiniLM-L6-v2 embeddings of every node"),
+        Stage("retrieve", f"{M}.retrieve:retrieve_stage", params=("embed", "retrieve", "seeds"),
+              deps=("build_corpus", "build_graph", "embed"), fan_out={"seed": "seeds"},
+              resources=Resources(num_cpus=1),
+              description="dense, BM25, LILaC-like, IRCoT-like, FiF and ablations"),
+        Stage("evaluate", f"{M}.evaluate:evaluate_stage", params=("seeds",),
+              deps=("build_corpus", "retrieve"), description="R@k, MRR@10, cost; CLAIMS criteria"),
+    ),
+)

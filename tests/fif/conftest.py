@@ -1,0 +1,50 @@
+"""Shared fixtures for fif unit tests: a tiny SynthWiki corpus with a hashed bag-of-words
+encoder standing in for MiniLM (fast, deterministic, similarity still meaningful)."""
+from __future__ import annotations
+
+import hashlib
+import re
+
+import numpy as np
+import pytest
+
+from components.common.context import LocalContext
+from components.common.io import save_torch
+from components.fif.config import FifConfig
+
+
+def bow_encode(texts: list[str], dim: int = 384) -> np.ndarray:
+    out = np.zeros((len(texts), dim), np.float32)
+    for i, t in enumerate(texts):
+        for w in re.findall(r"[a-z0-9]+", t.lower()):
+            out[i, int(hashlib.md5(w.encode()).hexdigest(), 16) % dim] += 1.0
+    return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)
+
+
+class BowEncoder:
+    def __init__(self, *args, **kwargs):
+        self.cache = {}
+
+    def encode(self, texts):
+        return bow_encode(list(texts))
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory):
+    """Corpus, graph and (bag-of-words) embeddings for seed 0 of the smoke profile."""
+    import torch
+
+    from components.common.io import read_table
+    from components.fif.corpus import build_corpus_stage
+    from components.fif.graph import build_graph_stage
+
+    root = tmp_path_factory.mktemp("fif")
+    cfg = FifConfig.for_profile("smoke")
+    corpus = LocalContext(out_dir=root / "corpus", item={"seed": 0})
+    build_corpus_stage(cfg, corpus)
+    graph = LocalContext(out_dir=root / "graph", inputs={"build_corpus": {"0": root / "corpus"}}, item={"seed": 0})
+    build_graph_stage(cfg, graph)
+    nodes = read_table(root / "graph" / "nodes.parquet").to_pydict()
+    (root / "embed").mkdir()
+    save_torch(root / "embed" / "emb.pt", torch.from_numpy(bow_encode(nodes["text"])))
+    return {"cfg": cfg, "corpus": root / "corpus", "graph": root / "graph", "embed": root / "embed", "root": root}
