@@ -36,8 +36,8 @@ class Model(Section):
 
 class Train(Section):
     variants: list[str] = ["curriculum", "paired_only", "mixed"]
-    marginal_steps: int = 1500         # S1; paired_only / mixed use marginal+paired steps in total
-    paired_steps: int = 1000           # S2
+    marginal_steps: int = 1200         # S1; paired_only / mixed use marginal+paired steps in total
+    paired_steps: int = 800            # S2
     batch_size: int = 64
     lr: float = 2e-3
     warmup: int = 50
