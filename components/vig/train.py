@@ -1,0 +1,116 @@
+"""Stage 1 alignment, the reference model, and the three stage-2 arms at one budget.
+
+Every arm is the shared loop ``components.common.train.fit`` with a per-token weight (1 = the
+token is supervised, 0 = label -100); the arms differ only in which samples / tokens carry weight.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from components.common.io import load_torch, save_torch, write_json_atomic
+from components.common.seeds import seed_everything
+from components.common.train import fit
+from components.vig.data import SEQ_LEN, VOCAB
+from components.vig.model import build_model, weighted_lm_loss
+
+
+def load_split(data_dir, name: str) -> dict:
+    return load_torch(data_dir / f"{name}.pt")
+
+
+def kinds_of(data_dir) -> np.ndarray:
+    from components.common.io import read_table
+
+    return np.asarray(read_table(data_dir / "train_samples.parquet").column("kind").to_pylist())
+
+
+def new_model(cfg) -> torch.nn.Module:
+    return build_model(cfg.model, len(VOCAB), cfg.data.image_size, SEQ_LEN)
+
+
+def batch_stream(split: dict, weights: torch.Tensor, batch_size: int, seed: int):
+    """Endless random batches (images, tokens, weights) over the samples that carry any weight."""
+    pool = torch.nonzero(weights.sum(1) > 0).squeeze(1)
+    gen = torch.Generator().manual_seed(seed)
+    while True:
+        idx = pool[torch.randint(len(pool), (batch_size,), generator=gen)]
+        yield split["images"][idx], split["tokens"][idx], weights[idx]
+
+
+def train_weighted(cfg, ctx, model, split, weights, section, seed: int, prefix: str) -> dict:
+    torch.set_num_threads(1)
+    records = fit(model, batch_stream(split, weights, section.batch_size, seed),
+                  lambda m, b: weighted_lm_loss(m, *b), steps=section.steps, lr=section.lr,
+                  warmup=max(1, section.steps // 20), ctx=ctx, prefix=prefix,
+                  log_every=max(1, section.steps // 20))
+    return {"final_loss": records[-1][f"{prefix}/loss"]}
+
+
+def answer_weights(split: dict) -> torch.Tensor:
+    """Vanilla supervision: every answer token (and <eos>), aligned with the shifted targets."""
+    return split["supervised"][:, 1:].float()
+
+
+def align_stage1_stage(cfg, ctx) -> None:
+    """Captions only (LLaVA stage-1 data): teaches the projector what the image patches mean."""
+    data_dir = ctx.inputs["prepare_data"]
+    split = load_split(data_dir, "train")
+    seed_everything(cfg.align.seed)
+    model = new_model(cfg)
+    weights = answer_weights(split) * torch.from_numpy(kinds_of(data_dir) == "caption")[:, None].float()
+    out = train_weighted(cfg, ctx, model, split, weights, cfg.align, cfg.align.seed, "align")
+    save_torch(ctx.out_dir / "model.pt", model.state_dict())
+    ctx.write_metrics(out)
+
+
+def train_reference_stage(cfg, ctx) -> None:
+    """One vanilla stage-2 run whose VIG scores are cached and shared by all arms."""
+    data_dir = ctx.inputs["prepare_data"]
+    split = load_split(data_dir, "train")
+    seed_everything(cfg.reference.seed)
+    model = new_model(cfg)
+    model.load_state_dict(load_torch(ctx.inputs["align_stage1"] / "model.pt"))
+    out = train_weighted(cfg, ctx, model, split, answer_weights(split), cfg.reference,
+                         cfg.reference.seed, "reference")
+    save_torch(ctx.out_dir / "model.pt", model.state_dict())
+    ctx.write_metrics(out)
+
+
+def random_subset_weights(split: dict, kinds: np.ndarray, keep_percent: float, seed: int) -> torch.Tensor:
+    """Equal-budget control: a random p % of the multimodal samples, text-only kept, full tokens."""
+    multimodal = np.flatnonzero(kinds != "text")
+    rng = np.random.default_rng(seed)
+    n_keep = int(round(keep_percent / 100 * len(multimodal)))
+    keep = np.zeros(len(kinds), dtype=bool)
+    keep[rng.choice(multimodal, size=n_keep, replace=False)] = True
+    keep[kinds == "text"] = True
+    return answer_weights(split) * torch.from_numpy(keep)[:, None].float()
+
+
+def arm_weights(variant: str, split, kinds, selection_dir, keep_percent: float, seed: int):
+    if variant == "vanilla":
+        return answer_weights(split)
+    if variant == "random":
+        return random_subset_weights(split, kinds, keep_percent, seed)
+    if variant == "vig":
+        return load_torch(selection_dir / "selection.pt")["weights"]
+    raise ValueError(f"unknown variant {variant!r} (vanilla, random, vig)")
+
+
+def train_arm_stage(cfg, ctx) -> None:
+    """Stage-2 instruction tuning from the stage-1 checkpoint, same steps and batch for every arm."""
+    variant, seed = ctx.item["variant"], ctx.item["seed"]
+    data_dir = ctx.inputs["prepare_data"]
+    split, kinds = load_split(data_dir, "train"), kinds_of(data_dir)
+    seed_everything(seed)
+    model = new_model(cfg)
+    model.load_state_dict(load_torch(ctx.inputs["align_stage1"] / "model.pt"))
+    weights = arm_weights(variant, split, kinds, ctx.inputs["select"], cfg.vig.keep_percent, seed)
+    out = train_weighted(cfg, ctx, model, split, weights, cfg.train, seed, "train")
+    save_torch(ctx.out_dir / "model.pt", model.state_dict())
+    out.update(supervised_tokens=float(weights.sum()),
+               supervised_samples=int((weights.sum(1) > 0).sum()),
+               multimodal_samples=int(((weights.sum(1) > 0).numpy() & (kinds != "text")).sum()))
+    write_json_atomic(ctx.out_dir / "counts.json", out)   # read by evaluate
+    ctx.write_metrics(out)
