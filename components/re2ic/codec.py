@@ -1,0 +1,249 @@
+"""Re2IC-lite: an overfitted per-image codec with region modulation, trained for
+rate + lambda * {MSE, WD, WA-WD}, then written to a real bitstream.
+
+Decoder = multi-resolution integer latent grids, bilinearly upsampled and stacked with seeded
+noise (common randomness), fed to a tiny shared ("global") synthesis MLP whose hidden layer
+is scaled/shifted per saliency region ("local" modulation), plus a 3x3 refinement conv.
+Entropy model = one discretised zero-mean Laplace per latent level (factorised, no ARM).
+"""
+from __future__ import annotations
+
+import itertools
+import struct
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from components.common.io import read_bytes, write_bytes_atomic, write_json_atomic
+from components.common.seeds import seed_everything
+from components.common.train import fit
+from components.re2ic import coder
+from components.re2ic.images import blocks_to_pixels
+from components.re2ic.wd import RandomFeatures, multi_wd, wavelet_wd
+
+_HEADER = struct.Struct("<HHBBBBBib")  # H, W, levels, hidden, noise ch, regions, block, seed, wstep
+
+
+class Re2ICCodec(nn.Module):
+    def __init__(self, height: int, width: int, levels: int, hidden: int, noise_channels: int,
+                 n_regions: int = 2) -> None:
+        super().__init__()
+        self.size = (height, width)
+        self.latents = nn.ParameterList(
+            [nn.Parameter(torch.zeros(1, 1, height >> k, width >> k)) for k in range(levels)])
+        self.log_scales = nn.Parameter(torch.zeros(levels))
+        self.synth_in = nn.Conv2d(levels + noise_channels, hidden, 1)
+        self.region_film = nn.Parameter(torch.zeros(n_regions, 2, hidden))
+        self.synth_out = nn.Conv2d(hidden, 3, 1)
+        self.refine = nn.Conv2d(3, 3, 3, padding=1, padding_mode="replicate")
+        with torch.no_grad():
+            self.synth_out.bias.fill_(0.5)
+            self.refine.weight.mul_(0.1)
+
+    def synthesis_parameters(self) -> list[torch.Tensor]:
+        """What the bitstream carries besides the latents, in a fixed order."""
+        return [self.synth_in.weight, self.synth_in.bias, self.region_film,
+                self.synth_out.weight, self.synth_out.bias, self.refine.weight, self.refine.bias]
+
+    def synthesize(self, latents, regions: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        ups = [y if y.shape[-2:] == self.size else
+               F.interpolate(y, size=self.size, mode="bilinear", align_corners=False)
+               for y in latents]
+        h = self.synth_in(torch.cat(ups + [noise], 1))
+        film = self.region_film[regions[0, 0]]              # (H, W, 2, hidden)
+        gamma, beta = film[..., 0, :].permute(2, 0, 1), film[..., 1, :].permute(2, 0, 1)
+        h = F.relu(h * (1 + gamma) + beta)
+        out = self.synth_out(h)
+        return out + self.refine(out)
+
+    def rate_bits(self, latents_hat) -> torch.Tensor:
+        bits = 0.0
+        for y, log_b in zip(latents_hat, self.log_scales):
+            bits = bits + laplace_bits(y, torch.exp(log_b).clamp(min=0.05)).sum()
+        return bits
+
+
+def laplace_bits(y: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """-log2 P(integer bin around y) under a zero-mean Laplace; uses |y| for stability."""
+    a = y.abs()
+    upper = torch.where(a < 0.5, 1 - 0.5 * torch.exp(-(0.5 - a) / scale),
+                        0.5 * torch.exp(-(a - 0.5) / scale))
+    lower = 0.5 * torch.exp(-(a + 0.5) / scale)
+    return -torch.log2((upper - lower).clamp(min=1e-9))
+
+
+def macs_per_pixel(levels: int, hidden: int, noise_channels: int) -> int:
+    """Decoder MACs per pixel: bilinear upsampling (4 per coarse level), the two 1x1 layers,
+    the region modulation (2 per hidden unit) and the 3x3 3->3 refinement."""
+    return 4 * (levels - 1) + (levels + noise_channels) * hidden + 2 * hidden + hidden * 3 + 81
+
+
+def make_distortion(loss: str, target: torch.Tensor, log2_sigma: torch.Tensor,
+                    log2_sigma_uniform: torch.Tensor, dcfg):
+    if loss == "mse":
+        return lambda x_hat: (x_hat - target).square().mean()
+    features = RandomFeatures(dcfg.feature_seed, dcfg.feature_width)
+    with torch.no_grad():
+        target_feats = features(target)
+    if loss in ("wd", "wd_uniform"):
+        sigma = log2_sigma if loss == "wd" else log2_sigma_uniform
+        return lambda x_hat: multi_wd(features(x_hat), target_feats, sigma, dcfg.num_levels)
+    if loss == "wawd":
+        return lambda x_hat: wavelet_wd(features(x_hat), target_feats, log2_sigma,
+                                        dcfg.band_weights, dcfg.num_levels)
+    raise ValueError(f"unknown loss {loss!r} (mse, wd, wawd, wd_uniform)")
+
+
+def common_noise(seed: int, channels: int, size) -> torch.Tensor:
+    return torch.randn(1, channels, *size, generator=torch.Generator().manual_seed(seed))
+
+
+def train_codec(model: Re2ICCodec, distortion, regions, noise, lam: float, ccfg, ctx=None):
+    """rate (bpp) + lambda * D. First a uniform-noise proxy of rounding, then
+    straight-through rounding so the latents settle on what will be coded."""
+    pixels = model.size[0] * model.size[1]
+    noise_steps = int(ccfg.noise_phase * ccfg.iterations)
+
+    def loss_fn(m, step):
+        if step < noise_steps:
+            latents = [y + torch.rand_like(y) - 0.5 for y in m.latents]
+        else:
+            latents = [y + (torch.round(y) - y).detach() for y in m.latents]
+        return m.rate_bits(latents) / pixels + lam * distortion(m.synthesize(latents, regions, noise))
+
+    return fit(model, itertools.count(), loss_fn, steps=ccfg.iterations, lr=ccfg.lr,
+               optimizer=torch.optim.Adam(model.parameters(), lr=ccfg.lr), grad_clip=None,
+               ctx=ctx, log_every=50, prefix="fit")
+
+
+# ---- bitstream ----------------------------------------------------------------------
+
+def quantise_model(model: Re2ICCodec, weight_step_log2: int):
+    latents = [torch.round(y.detach()).to(torch.int64).numpy()[0, 0] for y in model.latents]
+    step = 2.0 ** weight_step_log2
+    weights = [torch.round(w.detach() / step).to(torch.int64).numpy() for w in model.synthesis_parameters()]
+    scales = [coder.quantise_log2_scale(float(torch.exp(b.detach()))) for b in model.log_scales]
+    return latents, weights, scales
+
+
+def write_bitstream(model: Re2ICCodec, blocks: np.ndarray, block: int, noise_seed: int,
+                    weight_step_log2: int) -> tuple[bytes, dict]:
+    latents, weights, scales = quantise_model(model, weight_step_log2)
+    h, w = model.size
+    flat_w = np.concatenate([x.ravel() for x in weights])
+    w_scale = coder.quantise_log2_scale(max(float(np.abs(flat_w).mean()), 0.1))
+    header = _HEADER.pack(h, w, len(latents), model.synth_in.out_channels,
+                          model.synth_in.in_channels - len(latents), model.region_film.shape[0],
+                          block, noise_seed, weight_step_log2)
+    max_abs = [int(np.abs(y).max()) for y in latents] + [int(np.abs(flat_w).max())]
+    header += struct.pack(f"<{len(scales) + 1}h", *scales, w_scale)
+    header += struct.pack(f"<{len(max_abs)}H", *max_abs)
+    mask = np.packbits(blocks.ravel().astype(np.uint8)).tobytes()
+    enc = coder.ArithmeticEncoder()
+    for y, s, m in zip(latents, scales, max_abs):
+        coder.encode_ints(enc, y, coder.scale_from_code(s), m)
+    coder.encode_ints(enc, flat_w, coder.scale_from_code(w_scale), max_abs[-1])
+    payload = enc.finish()
+    parts = {"header_bytes": len(header), "mask_bytes": len(mask), "payload_bytes": len(payload),
+             "ideal_latent_bits": sum(coder.ideal_bits(y, coder.scale_from_code(s), m)
+                                      for y, s, m in zip(latents, scales, max_abs)),
+             "ideal_weight_bits": coder.ideal_bits(flat_w, coder.scale_from_code(w_scale), max_abs[-1]),
+             "n_weights": int(flat_w.size)}
+    return header + mask + payload, {"latents": latents, "weights": flat_w, **parts}
+
+
+def read_bitstream(data: bytes) -> dict:
+    """Everything the decoder needs comes from the bytes (plus the codec's fixed layout)."""
+    h, w, levels, hidden, noise_ch, n_regions, block, seed, wstep = _HEADER.unpack_from(data)
+    pos = _HEADER.size
+    codes = struct.unpack_from(f"<{levels + 1}h", data, pos)
+    pos += 2 * (levels + 1)
+    max_abs = struct.unpack_from(f"<{levels + 1}H", data, pos)
+    pos += 2 * (levels + 1)
+    n_blocks = (h // block) * (w // block)
+    mask_len = (n_blocks + 7) // 8
+    blocks = np.unpackbits(np.frombuffer(data[pos:pos + mask_len], dtype=np.uint8))[:n_blocks]
+    dec = coder.ArithmeticDecoder(data[pos + mask_len:])
+    latents = [coder.decode_ints(dec, (h >> k) * (w >> k), coder.scale_from_code(codes[k]),
+                                 max_abs[k]).reshape(h >> k, w >> k) for k in range(levels)]
+    model = Re2ICCodec(h, w, levels, hidden, noise_ch, n_regions)
+    n_weights = sum(p.numel() for p in model.synthesis_parameters())
+    weights = coder.decode_ints(dec, n_weights, coder.scale_from_code(codes[-1]), max_abs[-1])
+    return {"model": model, "latents": latents, "weights": weights, "weight_step_log2": wstep,
+            "blocks": blocks.reshape(h // block, w // block), "block": block, "noise_seed": seed}
+
+
+def reconstruct(model: Re2ICCodec, latents, weights: np.ndarray, weight_step_log2: int,
+                blocks: np.ndarray, block: int, noise_seed: int) -> np.ndarray:
+    """Decoder-side synthesis from integers only (shared by encoder check and decoder)."""
+    step, offset = 2.0 ** weight_step_log2, 0
+    with torch.no_grad():
+        for p in model.synthesis_parameters():
+            p.copy_(torch.from_numpy(weights[offset:offset + p.numel()]).reshape(p.shape) * step)
+            offset += p.numel()
+        ys = [torch.from_numpy(y).float()[None, None] for y in latents]
+        regions = torch.from_numpy(blocks_to_pixels(blocks, block).astype(np.int64))[None, None]
+        noise = common_noise(noise_seed, model.synth_in.in_channels - len(ys), model.size)
+        out = model.synthesize(ys, regions, noise)
+    return out.clamp(0, 1)[0].permute(1, 2, 0).numpy()
+
+
+# ---- stages --------------------------------------------------------------------------
+
+def fit_codec_stage(cfg, ctx) -> None:
+    torch.set_num_threads(1)
+    loss, lam, seed = ctx.item["loss"], float(ctx.item["lam"]), int(ctx.item["seed"])
+    crops = dict(np.load(ctx.inputs["load_images"] / "images.npz"))
+    regions = dict(np.load(ctx.inputs["saliency"] / "regions.npz"))
+    ccfg, block = cfg.codec, cfg.regions.block
+    log = {}
+    for i, (name, rgb) in enumerate(crops.items()):
+        seed_everything(seed)
+        target = torch.from_numpy(rgb).permute(2, 0, 1)[None]
+        blocks = regions[f"{name}/blocks"]
+        region_px = torch.from_numpy(blocks_to_pixels(blocks, block).astype(np.int64))[None, None]
+        sigma = torch.from_numpy(regions[f"{name}/log2_sigma"])[None, None]
+        sigma_u = torch.from_numpy(regions[f"{name}/log2_sigma_uniform"])[None, None]
+        distortion = make_distortion(loss, target, sigma, sigma_u, cfg.distortion)
+        h, w = rgb.shape[:2]
+        model = Re2ICCodec(h, w, ccfg.latent_levels, ccfg.hidden, ccfg.noise_channels)
+        noise_seed = seed * 1000 + i
+        noise = common_noise(noise_seed, ccfg.noise_channels, (h, w))
+        start = time.time()
+        records = train_codec(model, distortion, region_px, noise, lam, ccfg, ctx)
+        data, parts = write_bitstream(model, blocks, block, noise_seed, ccfg.weight_step_log2)
+        write_bytes_atomic(ctx.out_dir / f"{name}.bin", data)
+        recon = reconstruct(model, parts["latents"], parts["weights"], ccfg.weight_step_log2,
+                            blocks, block, noise_seed)
+        np.save(ctx.out_dir / f"{name}_encoder_recon.npy", recon)
+        log[name] = {"bits": 8 * len(data), "bpp": 8 * len(data) / (h * w),
+                     "final_loss": records[-1]["fit/loss"], "fit_seconds": time.time() - start,
+                     **{k: v for k, v in parts.items() if k not in ("latents", "weights")}}
+        ctx.progress(i + 1, len(crops), f"{name}: {log[name]['bpp']:.3f} bpp")
+    write_json_atomic(ctx.out_dir / "fit_log.json", log)
+    ctx.write_metrics({"mean_bpp": float(np.mean([v["bpp"] for v in log.values()]))})
+
+
+def decode_stage(cfg, ctx) -> None:
+    """Decode every bitstream from its bytes alone; check it against the encoder's recon."""
+    torch.set_num_threads(1)
+    results, exact = {}, []
+    for key, folder in sorted(ctx.inputs["fit_codec"].items()):
+        for path in sorted(folder.glob("*.bin")):
+            name = path.stem
+            parsed = read_bitstream(read_bytes(path))
+            recon = reconstruct(parsed["model"], parsed["latents"], parsed["weights"],
+                                parsed["weight_step_log2"], parsed["blocks"], parsed["block"],
+                                parsed["noise_seed"])
+            same = bool(np.array_equal(recon, np.load(folder / f"{name}_encoder_recon.npy")))
+            exact.append(same)
+            np.save(ctx.out_dir / f"{key}__{name}.npy", recon)
+            h, w = recon.shape[:2]
+            results[f"{key}__{name}"] = {"bits": 8 * path.stat().st_size,
+                                         "bpp": 8 * path.stat().st_size / (h * w),
+                                         "bit_exact": same}
+    write_json_atomic(ctx.out_dir / "decoded.json", results)
+    ctx.write_metrics({"n_decoded": len(exact), "all_bit_exact": float(all(exact))})

@@ -1,0 +1,292 @@
+"""Metrics of decoded images, WA-WD as a standalone metric, and the CLAIMS.md criteria."""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import torch
+from PIL import Image
+from scipy import ndimage, stats
+
+from components.common.io import read_json, write_json_atomic, write_table
+from components.re2ic.codec import macs_per_pixel
+from components.re2ic.images import blocks_to_pixels
+from components.re2ic.wd import RandomFeatures, haar_dwt, multi_wd, wavelet_wd
+
+
+def _t(rgb: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(rgb, dtype=np.float32)).permute(2, 0, 1)[None]
+
+
+def psnr(a: np.ndarray, b: np.ndarray, mask: np.ndarray | None = None) -> float:
+    err = (a - b) ** 2
+    mse = err[mask > 0].mean() if mask is not None else err.mean()
+    return float(10 * np.log10(1.0 / max(mse, 1e-12)))
+
+
+def ssim(a: np.ndarray, b: np.ndarray) -> float:
+    from skimage.metrics import structural_similarity
+    return float(structural_similarity(a, b, channel_axis=-1, data_range=1.0))
+
+
+def perceptual_distances(a, b, log2_sigma, dcfg) -> dict[str, float]:
+    feats = RandomFeatures(dcfg.feature_seed, dcfg.feature_width)
+    sigma = torch.from_numpy(np.asarray(log2_sigma, dtype=np.float32))[None, None]
+    with torch.no_grad():
+        fa, fb = feats(_t(a)), feats(_t(b))
+        return {"wd": float(multi_wd(fa, fb, sigma, dcfg.num_levels)),
+                "wawd": float(wavelet_wd(fa, fb, sigma, dcfg.band_weights, dcfg.num_levels))}
+
+
+# ---- held-out realism statistics (never used in training) ----------------------------
+
+def _gray(rgb: np.ndarray) -> np.ndarray:
+    return rgb @ np.array([0.299, 0.587, 0.114], dtype=np.float32)
+
+
+def hf_energy_ratio(recon: np.ndarray, original: np.ndarray) -> float:
+    """Level-1 Haar detail energy of the reconstruction over that of the original."""
+    def detail(img):
+        bands = haar_dwt(torch.from_numpy(_gray(img))[None, None])
+        return sum(float(bands[k].square().sum()) for k in ("LH", "HL", "HH"))
+    return detail(recon) / max(detail(original), 1e-12)
+
+
+def texture_statistics(rgb: np.ndarray) -> np.ndarray:
+    """Portilla-Simoncelli-flavoured summary: std, skew, kurtosis of two levels of Haar
+    detail bands, and the normalised autocorrelation of the gray image at 5 lags."""
+    x = torch.from_numpy(_gray(rgb))[None, None]
+    out = []
+    for _ in range(2):
+        bands = haar_dwt(x)
+        for k in ("LH", "HL", "HH"):
+            v = bands[k].flatten().numpy().astype(np.float64)
+            out += [v.std(), stats.skew(v) if v.std() > 1e-8 else 0.0,
+                    np.log1p(max(stats.kurtosis(v, fisher=False), 0.0)) if v.std() > 1e-8 else 0.0]
+        x = bands["LL"] / 2
+    g = _gray(rgb).astype(np.float64) - _gray(rgb).mean()
+    var = max((g * g).mean(), 1e-12)
+    for dy, dx in ((0, 1), (1, 0), (1, 1), (0, 2), (2, 0)):
+        out.append((g[dy:, dx:] * g[:g.shape[0] - dy, :g.shape[1] - dx]).mean() / var)
+    return np.array(out)
+
+
+def texture_distance(recon: np.ndarray, original: np.ndarray) -> float:
+    s_r, s_o = texture_statistics(recon), texture_statistics(original)
+    return float(np.linalg.norm(s_r - s_o) / (np.linalg.norm(s_o) + 1e-12))
+
+
+# ---- graded distortions (claim c) --------------------------------------------------
+
+def distort(rgb: np.ndarray, kind: str, level: float, seed: int = 0) -> np.ndarray:
+    if kind == "blur":
+        return ndimage.gaussian_filter(rgb, (level, level, 0))
+    if kind == "noise":
+        return np.clip(rgb + np.random.default_rng(seed).normal(0, level, rgb.shape), 0, 1).astype(np.float32)
+    if kind == "jpeg":
+        buf = io.BytesIO()
+        Image.fromarray((rgb * 255).round().astype(np.uint8)).save(buf, "JPEG", quality=int(level))
+        return np.asarray(Image.open(buf), dtype=np.float32) / 255.0
+    raise ValueError(kind)
+
+
+def metric_eval_stage(cfg, ctx) -> None:
+    torch.set_num_threads(1)
+    crops = dict(np.load(ctx.inputs["load_images"] / "images.npz"))
+    m, d = cfg.metric_eval, cfg.distortion
+    rows, spearman = [], {}
+    for name, rgb in crops.items():
+        sigma = np.full(rgb.shape[:2], m.log2_sigma, dtype=np.float32)
+        for kind, levels in (("blur", m.blur_sigmas), ("noise", m.noise_stds), ("jpeg", m.jpeg_qualities)):
+            scores = {"wd": [], "wawd": [], "mse": []}
+            for severity, level in enumerate(levels, 1):
+                bad = distort(rgb, kind, level)
+                dist = perceptual_distances(rgb, bad, sigma, d)
+                dist["mse"] = float(((rgb - bad) ** 2).mean())
+                for k in scores:
+                    scores[k].append(dist[k])
+                rows.append({"image": name, "distortion": kind, "severity": severity, **dist})
+            for k, v in scores.items():
+                spearman[f"{name}/{kind}/{k}"] = float(stats.spearmanr(range(len(v)), v)[0])
+    texture = texture_resampling(m.texture_crop, d)
+    write_table(ctx.out_dir / "graded.parquet", {k: [r[k] for r in rows] for k in rows[0]})
+    write_json_atomic(ctx.out_dir / "metric_eval.json", {"spearman": spearman, "texture": texture})
+    ctx.write_metrics({"min_spearman_wd": min(v for k, v in spearman.items() if k.endswith("/wd")),
+                       "min_spearman_wawd": min(v for k, v in spearman.items() if k.endswith("/wawd")),
+                       **{f"texture_{k}": v for k, v in texture.items()}})
+
+
+def texture_resampling(size: int, dcfg) -> dict[str, float]:
+    """Two disjoint crops of the same stationary texture (skimage grass): WD at large sigma
+    should be far below WD at sigma = 0 (resampled texture is acceptable), MSE is not."""
+    import skimage.data
+    grass = skimage.data.grass().astype(np.float32) / 255.0
+    a = np.repeat(grass[:size, :size, None], 3, -1)
+    b = np.repeat(grass[size:2 * size, size:2 * size, None], 3, -1)
+    out = {}
+    for label, log2_sigma in (("sigma0", 0.0), ("sigma_large", float(dcfg.num_levels))):
+        sig = np.full((size, size), log2_sigma, dtype=np.float32)
+        for k, v in perceptual_distances(a, b, sig, dcfg).items():
+            out[f"{k}_{label}"] = v
+    out["wd_ratio"] = out["wd_sigma_large"] / out["wd_sigma0"]
+    out["wawd_ratio"] = out["wawd_sigma_large"] / out["wawd_sigma0"]
+    return out
+
+
+# ---- codec evaluation and claims ---------------------------------------------------
+
+def codec_metrics_table(crops, regions, decoded, decoded_dir, block, dcfg) -> list[dict]:
+    rows = []
+    for key, info in decoded.items():
+        fit_key, name = key.split("__")
+        loss, lam, seed = fit_key.rsplit("-", 2)
+        rgb, recon = crops[name], np.load(decoded_dir / f"{key}.npy")
+        salient = blocks_to_pixels(regions[f"{name}/blocks"], block)[..., None].repeat(3, -1)
+        rows.append({"image": name, "loss": loss, "lam": float(lam), "seed": int(seed),
+                     "bpp": info["bpp"], "bit_exact": info["bit_exact"],
+                     "psnr": psnr(recon, rgb), "psnr_salient": psnr(recon, rgb, salient),
+                     "ssim": ssim(recon, rgb),
+                     **perceptual_distances(rgb, recon, regions[f"{name}/log2_sigma"], dcfg),
+                     "hf_ratio": hf_energy_ratio(recon, rgb),
+                     "texture_dist": texture_distance(recon, rgb)})
+    return rows
+
+
+def at_bpp(rows: list[dict], metric: str, bpp: float) -> float:
+    """Metric at a given rate by linear interpolation in log-bpp over one RD curve."""
+    pts = sorted((np.log(r["bpp"]), r[metric]) for r in rows)
+    xs, ys = zip(*pts)
+    if len(xs) == 1 or not xs[0] <= np.log(bpp) <= xs[-1]:
+        return float(ys[int(np.argmin(np.abs(np.array(xs) - np.log(bpp))))])
+    return float(np.interp(np.log(bpp), xs, ys))
+
+
+def matched_rate(a: list[dict], b: list[dict]) -> tuple[float, float]:
+    """A common rate for two RD curves: geometric middle of their overlap, else the middle of
+    the closest pair; also the relative bpp gap (0 when the ranges overlap)."""
+    ra, rb = [r["bpp"] for r in a], [r["bpp"] for r in b]
+    lo, hi = max(min(ra), min(rb)), min(max(ra), max(rb))
+    if lo <= hi:
+        return float(np.sqrt(lo * hi)), 0.0
+    pa, pb = min(((x, y) for x in ra for y in rb), key=lambda p: abs(np.log(p[0] / p[1])))
+    return float(np.sqrt(pa * pb)), float(abs(pa - pb) / min(pa, pb))
+
+
+def bd_rate(anchor: list[dict], test: list[dict], quality: str, higher_better: bool = True) -> float:
+    """Bjontegaard-style rate difference (%) at equal quality, piecewise-linear in log-rate;
+    NaN when the quality ranges do not overlap or a curve has < 2 points."""
+    def curve(rows):
+        pts = sorted((r[quality] * (1 if higher_better else -1), np.log(r["bpp"])) for r in rows)
+        return np.array([p[0] for p in pts]), np.array([p[1] for p in pts])
+    qa, la = curve(anchor)
+    qt, lt = curve(test)
+    lo, hi = max(qa.min(), qt.min()), min(qa.max(), qt.max())
+    if len(qa) < 2 or len(qt) < 2 or lo >= hi:
+        return float("nan")
+    grid = np.linspace(lo, hi, 64)
+    return float((np.exp(np.mean(np.interp(grid, qt, lt) - np.interp(grid, qa, la))) - 1) * 100)
+
+
+def claim_a(by_curve, images, losses) -> dict:
+    """Matched-rate comparison of each WD-type loss against MSE, per image."""
+    out = {}
+    for loss in [x for x in ("wd", "wawd") if x in losses and "mse" in losses]:
+        per_image = []
+        for name in images:
+            a, m = by_curve[(name, loss)], by_curve[(name, "mse")]
+            bpp, gap = matched_rate(a, m)
+            per_image.append({"image": name, "bpp": bpp, "bpp_gap": gap,
+                              **{f"{k}_{tag}": at_bpp(rows, k, bpp) for k in
+                                 ("hf_ratio", "texture_dist", "psnr")
+                                 for tag, rows in ((loss, a), ("mse", m))}})
+        hf_w = float(np.median([r[f"hf_ratio_{loss}"] for r in per_image]))
+        hf_m = float(np.median([r["hf_ratio_mse"] for r in per_image]))
+        tex_gain = float(np.median([1 - r[f"texture_dist_{loss}"] / r["texture_dist_mse"]
+                                    for r in per_image]))
+        matched = all(r["bpp_gap"] <= 0.10 for r in per_image)
+        out[loss] = {"per_image": per_image, "hf_ratio": hf_w, "hf_ratio_mse": hf_m,
+                     "texture_reduction": tex_gain, "rates_matched": matched,
+                     "pass": bool(matched and hf_w >= 0.75 and hf_m <= 0.6 and tex_gain >= 0.25)}
+    return out
+
+
+def claim_b(by_curve, images, losses) -> dict:
+    if not {"wd", "wd_uniform"} <= set(losses):
+        return {}
+    per_image = []
+    for name in images:
+        a, u = by_curve[(name, "wd")], by_curve[(name, "wd_uniform")]
+        bpp, gap = matched_rate(a, u)
+        per_image.append({"image": name, "bpp": bpp, "bpp_gap": gap,
+                          "gain_db": at_bpp(a, "psnr_salient", bpp) - at_bpp(u, "psnr_salient", bpp)})
+    gain = float(np.median([r["gain_db"] for r in per_image]))
+    matched = all(r["bpp_gap"] <= 0.10 for r in per_image)
+    return {"per_image": per_image, "salient_psnr_gain_db": gain, "rates_matched": matched,
+            "pass": bool(matched and gain >= 1.0)}
+
+
+def claim_c(metric_eval: dict) -> dict:
+    sp, tex = metric_eval["spearman"], metric_eval["texture"]
+    min_wd = min(v for k, v in sp.items() if k.endswith("/wd"))
+    min_wawd = min(v for k, v in sp.items() if k.endswith("/wawd"))
+    return {"min_spearman_wd": min_wd, "min_spearman_wawd": min_wawd,
+            "texture_wd_ratio": tex["wd_ratio"], "texture_wawd_ratio": tex["wawd_ratio"],
+            "pass": bool(min_wd >= 0.9 and min_wawd >= 0.9 and tex["wd_ratio"] < 0.5
+                         and tex["wawd_ratio"] < 0.5)}
+
+
+def evaluate_stage(cfg, ctx) -> None:
+    torch.set_num_threads(1)
+    crops = dict(np.load(ctx.inputs["load_images"] / "images.npz"))
+    regions = dict(np.load(ctx.inputs["saliency"] / "regions.npz"))
+    decoded = read_json(ctx.inputs["decode"] / "decoded.json")
+    rows = codec_metrics_table(crops, regions, decoded, ctx.inputs["decode"], cfg.regions.block,
+                               cfg.distortion)
+    write_table(ctx.out_dir / "metrics.parquet", {k: [r[k] for r in rows] for k in rows[0]})
+    images, losses = sorted(crops), sorted({r["loss"] for r in rows})
+    by_curve = {(n, l): [r for r in rows if r["image"] == n and r["loss"] == l]
+                for n in images for l in losses}
+    c = cfg.codec
+    claims = {"a": claim_a(by_curve, images, losses), "b": claim_b(by_curve, images, losses),
+              "c": claim_c(read_json(ctx.inputs["metric_eval"] / "metric_eval.json")),
+              "d": {"macs_per_pixel": macs_per_pixel(c.latent_levels, c.hidden, c.noise_channels),
+                    "pass": macs_per_pixel(c.latent_levels, c.hidden, c.noise_channels) <= 3000}}
+    bd = {f"{l}_vs_mse_{q}": float(np.median([bd_rate(by_curve[(n, "mse")], by_curve[(n, l)], q, hb)
+                                              for n in images]))
+          for l in losses if l != "mse" and "mse" in losses
+          for q, hb in (("psnr", True), ("wd", False), ("texture_dist", False))}
+    write_json_atomic(ctx.out_dir / "claims.json", {"claims": claims, "bd_rate_percent": bd})
+    _plot_curves(rows, images, losses, ctx.out_dir / "rate_distortion.png")
+    ctx.log_artifact(ctx.out_dir / "rate_distortion.png")
+    gated = [v["pass"] for v in claims["a"].values()] + [claims["c"]["pass"], claims["d"]["pass"]]
+    gated += [claims["b"]["pass"]] if claims["b"] else []
+    summary = {"all_bit_exact": float(all(r["bit_exact"] for r in rows)),
+               "mean_bpp": float(np.mean([r["bpp"] for r in rows])),
+               "macs_per_pixel": claims["d"]["macs_per_pixel"],
+               "min_spearman_wd": claims["c"]["min_spearman_wd"],
+               "min_spearman_wawd": claims["c"]["min_spearman_wawd"],
+               "gated_criteria_pass": float(all(gated)),
+               **{f"mean_{k}_{l}": float(np.mean([r[k] for r in rows if r["loss"] == l]))
+                  for l in losses for k in ("psnr", "hf_ratio", "texture_dist", "wd")},
+               **{f"bd_rate_{k}": v for k, v in bd.items()}}
+    ctx.write_metrics(summary)
+
+
+def _plot_curves(rows, images, losses, path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    panels = ("psnr", "wd", "hf_ratio", "texture_dist")
+    fig, axes = plt.subplots(len(images), len(panels), figsize=(4 * len(panels), 3 * len(images)),
+                             squeeze=False)
+    for i, name in enumerate(images):
+        for j, metric in enumerate(panels):
+            ax = axes[i, j]
+            for loss in losses:
+                pts = sorted((r["bpp"], r[metric]) for r in rows if r["image"] == name and r["loss"] == loss)
+                ax.plot(*zip(*pts), "o-", label=loss)
+            ax.set(title=f"{name}: {metric}", xlabel="bpp (actual bitstream)")
+    axes[0, 0].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
