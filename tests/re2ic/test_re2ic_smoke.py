@@ -1,0 +1,27 @@
+"""re2ic smoke profile end to end through the runtime (DVC + Prefect + MLflow)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from flows.runtime.testing import run_in_temp_project
+
+
+@pytest.mark.smoke
+def test_re2ic_smoke_end_to_end(tmp_path):
+    result = run_in_temp_project("re2ic", tmp_path / "proj", profile="smoke")
+    decode = result.metrics("re2ic", "decode")
+    assert decode["n_decoded"] == 2 and decode["all_bit_exact"] == 1.0
+    metrics = result.metrics("re2ic", "evaluate")
+    assert metrics["all_bit_exact"] == 1.0
+    assert 0.05 < metrics["mean_bpp"] < 24
+    assert 0 < metrics["macs_per_pixel"] < 3000
+    for loss in ("mse", "wawd"):
+        assert 5 < metrics[f"mean_psnr_{loss}"] < 60
+        assert math.isfinite(metrics[f"mean_wd_{loss}"]) and metrics[f"mean_wd_{loss}"] >= 0
+    assert -1 <= metrics["min_spearman_wawd"] <= 1
+    out = result.out("re2ic", "evaluate")
+    assert (out / "claims.json").is_file()
+    assert (out / "rate_distortion.png").stat().st_size > 1000
+    assert (out / "metrics.parquet").is_file()
