@@ -73,7 +73,7 @@ class Evaluate(Section):
     projection_seed: int = 7
     mode_radius_stds: float = 3.0   # a sample "hits" a mode within this many component stds
     mode_min_share: float = 0.25    # a mode is covered if it gets >= this x its fair share
-    mmd_max_points: int = 2000
+    mmd_max_points: int = 1000   # MMD is O(n²): a subsample keeps evaluate fast
 
 
 class Verify(Section):

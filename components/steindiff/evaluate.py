@@ -9,16 +9,16 @@ import torch
 from components.common.io import read_json, read_table, write_table
 from components.steindiff.data import load_mixture, load_npy
 from components.steindiff.mixture import Mixture
-from components.steindiff.quality import frechet_distance, mmd_rbf, mode_stats, sliced_wasserstein
+from components.steindiff.quality import RBFMMD, frechet_distance, mode_stats, sliced_wasserstein
 from components.steindiff.train import load_classifier
 from components.steindiff.threads import torch_threads
 
 
-def mixture_metrics(x: np.ndarray, reference: np.ndarray, mixture: Mixture, ev) -> dict:
+def mixture_metrics(x: np.ndarray, reference: np.ndarray, mixture: Mixture, mmd: RBFMMD,
+                    ev) -> dict:
     x = np.where(np.isfinite(x), x, 1e6)   # a blown-up trajectory scores badly, not NaN
-    sub = slice(0, ev.mmd_max_points)
     return {"sw2": sliced_wasserstein(x, reference, ev.n_projections, ev.projection_seed),
-            "mmd": mmd_rbf(x[sub], reference[sub]),
+            "mmd": mmd(x[:ev.mmd_max_points]),
             "log_density": float(np.mean(mixture.log_density(x))),
             **mode_stats(x, mixture, ev.mode_radius_stds, ev.mode_min_share)}
 
@@ -26,10 +26,11 @@ def mixture_metrics(x: np.ndarray, reference: np.ndarray, mixture: Mixture, ev) 
 class DigitFeatures:
     """FD-digits against the training digits, in the feature net's penultimate layer."""
 
-    def __init__(self, model_dir: Path, reference: np.ndarray):
+    def __init__(self, model_dir: Path, reference: np.ndarray, mmd_max_points: int):
         self.model = load_classifier(model_dir)
         self.reference = reference
         self.ref_feats = self.features(reference)
+        self.mmd = RBFMMD(reference[:mmd_max_points])
 
     @torch.no_grad()
     def features(self, x: np.ndarray) -> np.ndarray:
@@ -41,10 +42,9 @@ class DigitFeatures:
         x = np.clip(np.nan_to_num(x, nan=0.0), -1.0, 1.0)
         probs = torch.softmax(self.model(torch.as_tensor(x, dtype=torch.float32)), 1).numpy()
         share = np.bincount(probs.argmax(1), minlength=10) / len(x)
-        sub = slice(0, ev.mmd_max_points)
         return {"fd": frechet_distance(self.features(x), self.ref_feats),
                 "sw2": sliced_wasserstein(x, self.reference, ev.n_projections, ev.projection_seed),
-                "mmd": mmd_rbf(x[sub], self.reference[sub]),
+                "mmd": self.mmd(x[:ev.mmd_max_points]),
                 "class_entropy": float(-(share[share > 0] * np.log(share[share > 0])).sum()),
                 "confidence": float(probs.max(1).mean()),
                 "sample_std": float(x.std(0).mean())}
@@ -85,12 +85,14 @@ def _evaluate_stage(cfg, ctx) -> None:
     ev, data = cfg.evaluate, ctx.inputs["prepare_data"]
     mixture = load_mixture(data)
     reference = load_npy(data / "mixture_reference.npy")
+    mmd = RBFMMD(reference[:ev.mmd_max_points])
     rows = _sample_rows(ctx.inputs["sample_mixture"],
-                        lambda x: mixture_metrics(x, reference, mixture, ev))
+                        lambda x: mixture_metrics(x, reference, mixture, mmd, ev))
     fresh = mixture.sample(len(reference), np.random.default_rng(ev.projection_seed + 1))
-    rows.append(_reference_row("mixture", mixture_metrics(fresh, reference, mixture, ev)))
+    rows.append(_reference_row("mixture", mixture_metrics(fresh, reference, mixture, mmd, ev)))
 
-    digits = DigitFeatures(ctx.inputs["train_feature_net"], load_npy(data / "digits_train_x.npy"))
+    digits = DigitFeatures(ctx.inputs["train_feature_net"], load_npy(data / "digits_train_x.npy"),
+                           ev.mmd_max_points)
     rows += _sample_rows(ctx.inputs["sample_digits"], lambda x: digits.metrics(x, ev))
     # floor: held-out real digits vs the training digits (fewer points, so a slight overestimate)
     rows.append(_reference_row("digits", digits.metrics(load_npy(data / "digits_test_x.npy"), ev)))

@@ -22,23 +22,40 @@ def sliced_wasserstein(a: np.ndarray, b: np.ndarray, n_projections: int = 512,
     return float(np.sqrt(np.mean((pa - pb) ** 2)))
 
 
-def mmd_rbf(a: np.ndarray, b: np.ndarray, bandwidths: tuple[float, ...] | None = None) -> float:
-    """Unbiased MMD² with a sum of RBF kernels; bandwidths default to (0.5, 1, 2) × the median
-    pairwise distance of the reference set ``b``."""
-    def sqdist(x, y):
-        return np.maximum((x**2).sum(1)[:, None] + (y**2).sum(1)[None] - 2 * x @ y.T, 0.0)
+class RBFMMD:
+    """Unbiased MMD² to a fixed reference set with a sum of RBF kernels. Bandwidths default to
+    (0.5, 1, 2) × the median pairwise distance of the reference. The reference-reference term
+    is computed once, since every sample set is compared with the same reference."""
 
-    daa, dbb, dab = sqdist(a, a), sqdist(b, b), sqdist(a, b)
-    if bandwidths is None:
-        med = float(np.sqrt(np.median(dbb[np.triu_indices(len(b), 1)])))
-        bandwidths = (0.5 * med, med, 2 * med)
-    total = 0.0
-    for h in bandwidths:
-        kaa, kbb, kab = (np.exp(-d / (2 * h**2)) for d in (daa, dbb, dab))
-        n, m = len(a), len(b)
-        total += ((kaa.sum() - np.trace(kaa)) / (n * (n - 1)) + (kbb.sum() - np.trace(kbb)) / (m * (m - 1))
-                  - 2 * kab.mean())
-    return float(total)
+    def __init__(self, reference: np.ndarray, bandwidths: tuple[float, ...] | None = None):
+        self.reference = reference
+        dbb = _sqdist(reference, reference)
+        if bandwidths is None:
+            med = float(np.sqrt(np.median(dbb[np.triu_indices(len(reference), 1)])))
+            bandwidths = (0.5 * med, med, 2 * med)
+        self.bandwidths = bandwidths
+        self.ref_term = sum(_offdiag_mean(np.exp(-dbb / (2 * h**2))) for h in bandwidths)
+
+    def __call__(self, x: np.ndarray) -> float:
+        daa, dab = _sqdist(x, x), _sqdist(x, self.reference)
+        total = self.ref_term
+        for h in self.bandwidths:
+            total += _offdiag_mean(np.exp(-daa / (2 * h**2))) - 2 * np.exp(-dab / (2 * h**2)).mean()
+        return float(total)
+
+
+def mmd_rbf(a: np.ndarray, b: np.ndarray, bandwidths: tuple[float, ...] | None = None) -> float:
+    """Unbiased MMD² between ``a`` and the reference ``b`` (see RBFMMD)."""
+    return RBFMMD(b, bandwidths)(a)
+
+
+def _sqdist(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    return np.maximum((x**2).sum(1)[:, None] + (y**2).sum(1)[None] - 2 * x @ y.T, 0.0)
+
+
+def _offdiag_mean(k: np.ndarray) -> float:
+    n = len(k)
+    return float((k.sum() - np.trace(k)) / (n * (n - 1)))
 
 
 def mode_stats(x: np.ndarray, mixture: Mixture, radius_stds: float = 3.0,
