@@ -8,6 +8,7 @@ import os
 import sys
 import time
 from contextlib import ExitStack, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,12 +50,17 @@ class _ProgressReporter:
             pass
 
 
-@task(cache_policy=NO_CACHE, persist_result=False)
-def run_stage_task(root: str, method: str, stage: str, item_key: str | None) -> dict[str, Any]:
+def _run_stage(root: str, method: str, stage: str, item_key: str | None) -> dict[str, Any]:
     name = f"{stage}@{item_key}" if item_key else stage
     record = execute_mod.run_stage(Project(Path(root)), method, stage, item_key,
                                    on_progress=_ProgressReporter(name))
     return record.to_dict()
+
+
+# The plain functions keep their own module-level names so that Ray's cloudpickle sends them
+# by reference; a function reachable only through its Prefect wrapper is pickled by value,
+# together with the module globals it reads (here: the driver's DVC repo, which cannot pickle).
+run_stage_task = task(cache_policy=NO_CACHE, persist_result=False)(_run_stage)
 
 
 def _task_runner(executor: str, ray_address: str | None):
@@ -105,6 +111,48 @@ def _upstream(plan: Plan, inst: Instance) -> list[str]:
     return [other.name for other in plan.run if other.stage.name in inst.stage.deps]
 
 
+@dataclass
+class _Driver:
+    """What the flow body needs in the driver process. Kept out of the flow's arguments and
+    closure: Ray pickles the flow with each task, and a DVC repo does not pickle."""
+    project: Project
+    bridge: DvcBridge
+    tracker: Tracker
+    plan: Plan
+    outcome: Outcome
+    executor: str
+    parent: str
+
+
+_DRIVERS: dict[str, _Driver] = {}
+
+
+def _method_flow(driver_key: str) -> str:
+    from prefect.runtime import flow_run
+
+    d = _DRIVERS[driver_key]
+    method, total = d.plan.method, len(d.plan.run)
+    d.tracker.client.set_tag(d.parent, "prefect_flow_run_id", str(flow_run.id))
+    progress = create_progress_artifact(progress=0.0, key=f"{method.name}-stages".replace("_", "-"),
+                                        description=f"{method.name}: stages done / {total}")
+    futures = {}
+    for inst in d.plan.run:
+        waits = [futures[n] for n in _upstream(d.plan, inst) if n in futures]
+        with _resource_options(d.executor, inst):
+            futures[inst.name] = run_stage_task.with_options(
+                name=f"{method.name}.{inst.stage.name}", task_run_name=inst.name,
+                retries=inst.stage.retries,
+            ).submit(str(d.project.root), method.name, inst.stage.name, inst.item_key, wait_for=waits)
+    by_future = {id(f): inst for inst, f in zip(d.plan.run, futures.values())}
+    for future in as_completed(list(futures.values())):
+        _record(d, by_future[id(future)], future)
+        update_progress_artifact(progress, progress=100.0 * len(d.outcome.executed) / total)
+    return d.parent
+
+
+method_flow = flow(log_prints=True)(_method_flow)
+
+
 def run_flow(project: Project, bridge: DvcBridge, plan: Plan, outcome: Outcome,
              executor: str, ray_address: str | None) -> None:
     method = plan.method
@@ -113,47 +161,26 @@ def run_flow(project: Project, bridge: DvcBridge, plan: Plan, outcome: Outcome,
     parent = tracker.start_parent(method.name, plan.profile, params,
                                   {**git_info(project), "executor": executor, "pid": str(os.getpid())})
     outcome.parent_run_id = parent
-    total = len(plan.run)
-
-    @flow(name=f"repro-{method.name}", task_runner=_task_runner(executor, ray_address),
-          log_prints=True)
-    def method_flow() -> str:
-        from prefect.runtime import flow_run
-
-        tracker.client.set_tag(parent, "prefect_flow_run_id", str(flow_run.id))
-        progress = create_progress_artifact(progress=0.0, key=f"{method.name}-stages".replace("_", "-"),
-                                            description=f"{method.name}: stages done / {total}")
-        futures = {}
-        for inst in plan.run:
-            waits = [futures[n] for n in _upstream(plan, inst) if n in futures]
-            with _resource_options(executor, inst):
-                futures[inst.name] = run_stage_task.with_options(
-                    name=f"{method.name}.{inst.stage.name}", task_run_name=inst.name,
-                    retries=inst.stage.retries,
-                ).submit(str(project.root), method.name, inst.stage.name, inst.item_key, wait_for=waits)
-        by_future = {id(f): inst for inst, f in zip(plan.run, futures.values())}
-        for future in as_completed(list(futures.values())):
-            inst = by_future[id(future)]
-            _record(project, bridge, tracker, parent, plan, inst, future, outcome)
-            update_progress_artifact(progress, progress=100.0 * len(outcome.executed) / total)
-        return parent
-
+    _DRIVERS[parent] = _Driver(project, bridge, tracker, plan, outcome, executor, parent)
+    configured = method_flow.with_options(name=f"repro-{method.name}",
+                                          task_runner=_task_runner(executor, ray_address))
     with ExitStack() as stack:
+        stack.callback(_DRIVERS.pop, parent, None)
         _api_server(executor, stack)
         try:
-            state = method_flow(return_state=True)
+            state = configured(parent, return_state=True)
             if state.is_failed() and not outcome.failed:  # the flow itself broke, not a stage
                 state.result()
         finally:
-            ok = not outcome.failed and len(outcome.executed) == total
+            ok = not outcome.failed and len(outcome.executed) == len(plan.run)
             outcome.not_run = [i.name for i in plan.run
                                if i.name not in outcome.executed and i.name not in outcome.failed]
             tracker.log_parent_metrics(parent, current_metrics(project, method, plan.params))
             tracker.finish_parent(parent, ok, {"executed": str(len(outcome.executed))})
 
 
-def _record(project: Project, bridge: DvcBridge, tracker: Tracker, parent: str, plan: Plan,
-            inst: Instance, future, outcome: Outcome) -> None:
+def _record(d: _Driver, inst: Instance, future) -> None:
+    plan, outcome = d.plan, d.outcome
     try:
         payload = future.result()  # waits for the final state; raises the stage's error
     except Exception as err:  # noqa: BLE001 - any stage error is reported, others go on
@@ -163,10 +190,10 @@ def _record(project: Project, bridge: DvcBridge, tracker: Tracker, parent: str, 
         say(f"{plan.method.name}: {inst.name} FAILED: {type(err).__name__}: {err}")
         return
     record = execute_mod.StageRecord(**payload)
-    dvc_info = bridge.commit(inst.addr)
+    dvc_info = d.bridge.commit(inst.addr)
     stage_params = {k: plan.params[k] for k in inst.stage.params}
     if inst.item_key:
         stage_params["item"] = plan.params["fanout"][inst.stage.name][inst.item_key]
-    tracker.log_stage(parent, record, stage_params, dvc_info)
+    d.tracker.log_stage(d.parent, record, stage_params, dvc_info)
     outcome.executed.append(inst.name)
     say(f"{plan.method.name}: {inst.name} done in {record.ended - record.started:.1f}s")

@@ -47,8 +47,10 @@ def mlflow_server(tmp_path):
     proc.wait(timeout=30)
 
 
-def rest(url: str, path: str, body: dict) -> dict:
-    request = urllib.request.Request(f"{url}/api/2.0/mlflow/{path}", data=json.dumps(body).encode(),
+def rest(url: str, path: str, body: dict | None = None, query: str = "") -> dict:
+    """MLflow's REST API: GET with a query string, or POST with a JSON body."""
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(f"{url}/api/2.0/mlflow/{path}{query}", data=data,
                                      headers={"Content-Type": "application/json"})
     return json.loads(urllib.request.urlopen(request, timeout=30).read())
 
@@ -57,7 +59,7 @@ def test_runs_are_recorded_in_a_tracking_server(mlflow_server, tmp_path, monkeyp
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
     result = run_in_temp_project(M, tmp_path / "proj")
     assert not (result.project.root / "mlflow.db").exists()       # the server replaced sqlite
-    experiment = rest(mlflow_server, "experiments/get-by-name", {"experiment_name": M})["experiment"]
+    experiment = rest(mlflow_server, "experiments/get-by-name", query=f"?experiment_name={M}")["experiment"]
     runs = rest(mlflow_server, "runs/search", {"experiment_ids": [experiment["experiment_id"]]})["runs"]
     names = sorted(r["info"]["run_name"] for r in runs)
     assert names == sorted(["make_data", "square@0", "square@1", "total", f"{M}-smoke"])
