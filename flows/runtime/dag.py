@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-_KEY_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+_KEY_RE = re.compile(r"^[A-Za-z0-9_-]+$")  # "." would break DVC params lookups
 
 
 @dataclass(frozen=True)
