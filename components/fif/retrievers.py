@@ -140,8 +140,8 @@ def run_agent(cx: Ctx, query: str, variant: Variant) -> tuple[list[int], list[di
         widen = variant.escalate and local_fails >= 2   # same neighbourhood failed twice
         scope = "global" if not anchor or widen else "local"
         tau = (scope, *LADDER[rung])
-        attempt = seen[(q, tau)]
-        seen[(q, tau)] += 1
+        attempt = seen[q]  # re-asking a subquery is a fresh sample, even if tau left the prompt unchanged
+        seen[q] += 1
         out = traverse(cx, q, anchor, tau, excl_docs[hop], excl_comps[hop], attempt)
         read += out.read
         trace.append({"step": step, "action": "TRAVERSE", "hop": hop, "subquery": q, "anchor": anchor or [],
