@@ -17,9 +17,18 @@ def sliced_wasserstein(a: np.ndarray, b: np.ndarray, n_projections: int = 512,
     pa, pb = np.sort(a @ theta, axis=0), np.sort(b @ theta, axis=0)
     if len(pa) != len(pb):
         q = (np.arange(max(len(pa), len(pb))) + 0.5) / max(len(pa), len(pb))
-        pa = np.quantile(pa, q, axis=0)
-        pb = np.quantile(pb, q, axis=0)
+        pa, pb = _quantiles(pa, q), _quantiles(pb, q)
     return float(np.sqrt(np.mean((pa - pb) ** 2)))
+
+
+def _quantiles(sorted_cols: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Linear-interpolated quantiles of each (already sorted) column; same as np.quantile's
+    default method, without re-sorting per quantile (np.quantile was ~100x slower here)."""
+    pos = q * (len(sorted_cols) - 1)
+    lo = np.floor(pos).astype(int)
+    hi = np.minimum(lo + 1, len(sorted_cols) - 1)
+    frac = (pos - lo)[:, None]
+    return sorted_cols[lo] * (1 - frac) + sorted_cols[hi] * frac
 
 
 class RBFMMD:

@@ -169,6 +169,12 @@ def test_quality_metrics_basic_properties():
     assert sliced_wasserstein(a, b) < 0.1
     assert frechet_distance(a, b) < 0.02
     assert frechet_distance(a, a + 1.0) == pytest.approx(2.0, rel=0.02)
+    # unequal sizes go through interpolated quantiles; must agree with numpy's
+    from components.steindiff.quality import _quantiles
+    cols = np.sort(rng.standard_normal((37, 5)), axis=0)
+    q = (np.arange(50) + 0.5) / 50
+    np.testing.assert_allclose(_quantiles(cols, q), np.quantile(cols, q, axis=0))
+    assert sliced_wasserstein(a[:1500], b) < 0.1
     mix = Mixture.ring(8, 2.0, 0.15)
     stats = mode_stats(mix.sample(4000, rng), mix)
     assert stats["modes_covered"] == 8 and stats["high_quality"] > 0.95
