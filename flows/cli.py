@@ -132,11 +132,25 @@ def cmd_gen(args: argparse.Namespace) -> None:
     print(f"root dvc.yaml: {'written' if pipeline.write_root_pipeline(project, methods) else 'up to date'}")
     for method in methods:
         changed = pipeline.write_pipeline(project, method)
-        if not project.params_file(method.name).is_file():
+        if not _params_file_valid(project, method):  # missing, or from an older config
             config = pipeline.build_config(method, "small")
-            pipeline.write_params(project, method, config, "small")
-            changed = True
+            changed = pipeline.write_params(project, method, config, "small") or changed
         print(f"{method.name}: {'written' if changed else 'up to date'}")
+
+
+def _params_file_valid(project, method) -> bool:
+    from pydantic import ValidationError
+
+    from flows.runtime import pipeline
+
+    if not project.params_file(method.name).is_file():
+        return False
+    try:
+        params = pipeline.read_params(project, method)
+        config = pipeline.config_from_params(method, params)
+        return params == pipeline.params_document(method, config, params["profile"])
+    except (ValidationError, KeyError, TypeError):
+        return False
 
 
 def cmd_index(args: argparse.Namespace) -> None:
