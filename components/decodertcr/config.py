@@ -28,16 +28,16 @@ class Data(Section):
 
 
 class Model(Section):
-    d_model: int = 64
-    n_layers: int = 3
+    d_model: int = 48
+    n_layers: int = 2
     n_heads: int = 4
     dropout: float = 0.0
 
 
 class Train(Section):
     variants: list[str] = ["curriculum", "paired_only", "mixed"]
-    marginal_steps: int = 1200         # S1; paired_only / mixed use marginal+paired steps in total
-    paired_steps: int = 800            # S2
+    marginal_steps: int = 600          # S1; paired_only / mixed use marginal+paired steps in total
+    paired_steps: int = 400            # S2
     batch_size: int = 64
     lr: float = 2e-3
     warmup: int = 50
