@@ -24,7 +24,8 @@ def judge(baseline: list[dict], runs: dict[str, list[dict]], crit) -> dict:
     out["id_kept"] = caft_id >= crit.id_min and abs(caft_id - base_id) <= crit.id_tolerance_points / 100
     if "random" in runs:
         random_gain = mean(runs["random"], "ood_intended_acc") - base_ood
-        out["random_gains_less_than_half"] = bool(caft_gain > 0 and
+        # only meaningful when CAFT itself gained: with no CAFT gain there is nothing to halve
+        out["random_gains_less_than_half"] = bool(out["ood_gain"] and
                                                    random_gain < crit.random_gain_fraction * caft_gain)
     return out
 
