@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -65,6 +67,26 @@ def replace_dir(tmp: Path, final: Path) -> None:
         os.replace(tmp, final)
 
 
+@contextmanager
+def cpu_threads(num_cpus: float):
+    """Hold torch and BLAS to the stage's declared CPUs: on a small machine, parallel stages
+    that each start one thread per core slow each other down many times over."""
+    from threadpoolctl import threadpool_limits
+
+    n = max(1, int(num_cpus))
+    torch = sys.modules.get("torch")  # only if the stage's imports already loaded it
+    with threadpool_limits(limits=n):
+        if torch is None:
+            yield
+            return
+        previous = torch.get_num_threads()
+        torch.set_num_threads(n)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(previous)
+
+
 def clean_stale_temps(final: Path) -> None:
     """Remove temp folders a killed run of this same instance left (they never count as
     outputs). Only this instance's: sibling fan-out items may be writing theirs right now."""
@@ -92,9 +114,11 @@ def run_stage(project: Project, method_name: str, stage_name: str, item_key: str
     tmp = final.with_name(f"{TMP_PREFIX}{final.name}-{uuid.uuid4().hex[:8]}")
     ctx = LocalContext(out_dir=tmp, inputs=stage_inputs(project, method, stage_name, params),
                        item=item, on_progress=on_progress)
+    stage_function = stage.load()  # imports the stage's module (and torch) before limiting threads
     started = time.time()
     try:
-        stage.load()(DeclaredParams(config, stage.params, stage_name), ctx)
+        with cpu_threads(stage.resources.num_cpus):
+            stage_function(DeclaredParams(config, stage.params, stage_name), ctx)
         if stage.metrics:
             write_json_atomic(project.metrics_file(method_name, stage_name, item_key), ctx.summary)
         replace_dir(tmp, final)
