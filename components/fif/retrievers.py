@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import re
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 

@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from components.caft.ablation import ablation_hooks, has_hooks, orthonormal_basis, project_out
-from components.caft.minilm import HIDDEN, BertLayer, UpperClassifier
+from components.caft.minilm import UpperClassifier
+from components.common.minilm import HIDDEN, BertLayer
 
 
 def _basis(k: int, seed: int = 0) -> torch.Tensor:

@@ -2,7 +2,8 @@
 import pytest
 import torch
 
-from components.caft.minilm import build_upper, encode_lower, load_minilm, model_dir, tokenize
+from components.caft.minilm import build_upper, encode_lower
+from components.common.minilm import load_minilm, model_dir, tokenize
 
 TEXTS = ["the dog in the garden was lovely and great.", "an awful hammer."]
 

@@ -9,7 +9,8 @@ import torch
 from components.caft.config import CaftConfig
 from components.caft.evaluate import judge
 from components.caft.interpret import interpret_stage, select
-from components.caft.minilm import HIDDEN, encode_lower, tokenize
+from components.caft.minilm import encode_lower
+from components.common.minilm import HIDDEN, tokenize
 from components.caft.train import variant_directions
 from components.common.context import LocalContext
 from components.common.io import read_json, save_torch
