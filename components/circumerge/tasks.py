@@ -125,7 +125,7 @@ def transform_digits(task: str, x: np.ndarray, rng_perm: np.ndarray) -> np.ndarr
 
 
 def pretrain_digits_mlp(x: np.ndarray, y: np.ndarray, hidden: int, steps: int, seed: int):
-    from components.circumerge.models import DigitsMLP, head_logits
+    from components.circumerge.models import DigitsMLP
     from components.common.train import fit
 
     seed_everything(seed)

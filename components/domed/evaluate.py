@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import torch
 from scipy.special import softmax
 
 from components.common.io import load_torch, read_table, write_json_atomic, write_table

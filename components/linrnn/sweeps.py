@@ -100,7 +100,6 @@ def action_errors(Ps: np.ndarray, E: np.ndarray, eps: float, n_paths: int, n_ste
     states = rng.integers(n, size=n_paths)
     w = np.zeros((n_paths, n))
     log_b = np.full((n_paths, n), -np.log(n))
-    rows = np.arange(n_paths)
     for _ in range(n_steps):
         a = rng.integers(n_actions, size=n_paths)
         moved = Ps[a, :, states].argmax(axis=1)                      # deterministic successor

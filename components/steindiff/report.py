@@ -106,7 +106,7 @@ def report_stage(cfg, ctx) -> None:
                          _fmt_table(paired_table(sub, metric))]
         floor = sub[sub.solver == "true_samples"]
         if len(floor):
-            sections.append(f"Real-data floor: " + ", ".join(
+            sections.append("Real-data floor: " + ", ".join(
                 f"{m}={float(floor[m].iloc[0]):.4g}" for m in metrics))
     write_bytes_atomic(ctx.out_dir / "report.md", ("\n\n".join(sections) + "\n").encode())
     _plot(df, ctx.out_dir / "quality_vs_steps.png")

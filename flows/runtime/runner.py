@@ -15,11 +15,8 @@ record with DVC and MLflow.
 """
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import sys
-import time
 from dataclasses import dataclass, field
 from typing import Any
 

@@ -1,5 +1,4 @@
 """Stage functions called directly with LocalContext on a tiny synthetic corpus."""
-import ast
 import math
 
 import pytest

@@ -1,5 +1,4 @@
 """The IO-Adam optimizer against closed forms, torch.optim.Adam and its own reference mode."""
-import copy
 
 import pytest
 import torch

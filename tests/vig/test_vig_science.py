@@ -8,7 +8,7 @@ import torch
 
 from components.vig.data import (COLORS, PRIOR, SEQ_LEN, VOCAB, WORD_ID, background, blur, encode,
                                  make_split, object_box, render)
-from components.vig.model import TinyVLM, sample_vig, token_nll, token_vig, vig_from_token_probs
+from components.vig.model import TinyVLM, sample_vig, token_vig, vig_from_token_probs
 from components.vig.score import select_tokens, top_fraction
 
 
