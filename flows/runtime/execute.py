@@ -74,11 +74,13 @@ def cpu_threads(num_cpus: float):
     from threadpoolctl import threadpool_limits
 
     n = max(1, int(num_cpus))
-    torch = sys.modules.get("torch")  # only if the stage's imports already loaded it
     with threadpool_limits(limits=n):
-        if torch is None:
+        if "torch" not in sys.modules:  # a numpy-only stage: do not pay for importing torch
             yield
             return
+        # `import` (not sys.modules) waits while another stage's thread is still importing it
+        import torch
+
         previous = torch.get_num_threads()
         torch.set_num_threads(n)
         try:

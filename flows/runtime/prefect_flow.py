@@ -184,7 +184,7 @@ def _record(d: _Driver, inst: Instance, future) -> None:
     try:
         payload = future.result()  # waits for the final state; raises the stage's error
     except Exception as err:  # noqa: BLE001 - any stage error is reported, others go on
-        if "Upstream" in type(err).__name__:
+        if any(word in type(err).__name__ for word in ("Upstream", "Unfinished")):
             return  # never ran because something upstream failed; listed as not run
         outcome.failed.append(inst.name)
         say(f"{plan.method.name}: {inst.name} FAILED: {type(err).__name__}: {err}")
