@@ -228,6 +228,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
+    import logging
+
+    # Prefect's log handlers can outlive its temporary API server at exit; a failed flush then
+    # prints a traceback that says nothing about the run
+    logging.raiseExceptions = False
     args = build_parser().parse_args(argv)
     args.func(args)
 
