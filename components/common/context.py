@@ -7,7 +7,6 @@ describes the interface, so components stay free of orchestration imports.
 """
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,7 +76,3 @@ class LocalContext:
     def progress(self, done: int, total: int, message: str = "") -> None:
         if self.on_progress is not None:
             self.on_progress(done, total, message)
-
-
-def read_json(path: Path) -> Any:
-    return json.loads(Path(path).read_text())

@@ -33,8 +33,7 @@ def make_project(root: Path, methods: list[str], settings: dict[str, Any] | None
                 shutil.copytree(src, dst, ignore=_IGNORE)
             else:
                 shutil.copy2(src, dst)
-    for name in (".dvcignore",):
-        shutil.copy2(REPO_ROOT / name, root / name)
+    shutil.copy2(REPO_ROOT / ".dvcignore", root / ".dvcignore")
     (root / "params.yaml").write_text(yaml.safe_dump({**DEFAULT_SETTINGS, **(settings or {})}))
     subprocess.run(["git", "init", "-q", str(root)], check=True)
     project = Project(root)
