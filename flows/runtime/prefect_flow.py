@@ -194,6 +194,6 @@ def _record(d: _Driver, inst: Instance, future) -> None:
     stage_params = {k: plan.params[k] for k in inst.stage.params}
     if inst.item_key:
         stage_params["item"] = plan.params["fanout"][inst.stage.name][inst.item_key]
-    d.tracker.log_stage(d.parent, record, stage_params, dvc_info)
+    d.tracker.log_stage(d.parent, record, stage_params, dvc_info, plan.profile)
     outcome.executed.append(inst.name)
     say(f"{plan.method.name}: {inst.name} done in {record.ended - record.started:.1f}s")

@@ -34,6 +34,12 @@ def _mlflow_key(key: str) -> str:
     return "".join(c if c.isalnum() or c in "_-. /" else "_" for c in key)[:250]
 
 
+def child_run_name(method: str, stage: str, item: dict[str, Any] | None, profile: str) -> str:
+    """``linrnn train_ringworld variant=alf seed=0 [small]``: readable in the UI's compare view."""
+    fields = " ".join(f"{k}={v}" for k, v in (item or {}).items())
+    return " ".join(part for part in (method, stage, fields, f"[{profile}]") if part)
+
+
 class Tracker:
     def __init__(self, project: Project):
         from mlflow import MlflowClient
@@ -64,14 +70,16 @@ class Tracker:
             self.client.log_batch(run_id, params=entries[i:i + 100])
 
     def log_stage(self, parent_id: str, record: StageRecord, params: dict[str, Any],
-                  dvc_info: dict[str, Any]) -> str:
+                  dvc_info: dict[str, Any], profile: str) -> str:
         from mlflow.entities import Dataset, DatasetInput, InputTag, Metric
 
         experiment = self.experiment_id(record.method)
         run = self.client.create_run(
-            experiment, start_time=int(record.started * 1000), run_name=record.instance,
-            tags={"mlflow.parentRunId": parent_id, "stage": record.stage,
-                  "item": record.item_key or "", "dvc.stage_hash": dvc_info.get("stage_hash") or ""})
+            experiment, start_time=int(record.started * 1000),
+            run_name=child_run_name(record.method, record.stage, params.get("item"), profile),
+            tags={"mlflow.parentRunId": parent_id, "method": record.method, "stage": record.stage,
+                  "item": record.item_key or "", "profile": profile,
+                  "dvc.stage_hash": dvc_info.get("stage_hash") or ""})
         run_id = run.info.run_id
         self._log_params(run_id, params)
         metrics = [Metric(_mlflow_key(name), value, int(ts * 1000), step or 0)

@@ -28,6 +28,12 @@ def child_runs(project, parent_id=None):
             and (parent_id is None or r.data.tags["mlflow.parentRunId"] == parent_id)]
 
 
+def instance(run) -> str:
+    """``square@1``: the stage instance a child run records (its display name is longer)."""
+    tags = run.data.tags
+    return f"{tags['stage']}@{tags['item']}" if tags["item"] else tags["stage"]
+
+
 def dvc(project, *args) -> str:
     # stage commands call `repro`, which lives next to this interpreter (an activated venv)
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
@@ -57,7 +63,7 @@ def test_failure_then_resume_recomputes_nothing_finished(toy, monkeypatch):
     assert second.metrics(M, "total")["total"] == (0 + 1 + 4) * (1 + 4)
 
     # each stage instance was logged exactly once across both runs
-    names = sorted(r.data.tags["mlflow.runName"] for r in child_runs(toy))
+    names = sorted(instance(r) for r in child_runs(toy))
     assert names == ["make_data", "square@0", "square@1", "total"]
     parents = {r.info.run_id: r.info.status for r in _parents(toy)}
     assert sorted(parents.values()) == ["FAILED", "FINISHED"]
@@ -77,8 +83,9 @@ def _parents(project):
 
 def test_child_run_records_params_metrics_lineage(toy):
     result = run_in_temp_project(M, toy.root)
-    runs = {r.data.tags["mlflow.runName"]: r for r in child_runs(toy, result.outcomes[0].parent_run_id)}
+    runs = {instance(r): r for r in child_runs(toy, result.outcomes[0].parent_run_id)}
     square = runs["square@1"]
+    assert square.data.tags["mlflow.runName"] == f"{M} square seed=1 [smoke]"
     assert square.data.metrics["sum_sq"] == pytest.approx(4 * (0 + 1 + 4))
     assert square.data.params["item.seed"] == "1"
     assert square.data.tags["dvc.stage_hash"]

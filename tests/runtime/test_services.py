@@ -62,8 +62,9 @@ def test_runs_are_recorded_in_a_tracking_server(mlflow_server, tmp_path, monkeyp
     experiment = rest(mlflow_server, "experiments/get-by-name", query=f"?experiment_name={M}")["experiment"]
     runs = rest(mlflow_server, "runs/search", {"experiment_ids": [experiment["experiment_id"]]})["runs"]
     names = sorted(r["info"]["run_name"] for r in runs)
-    assert names == sorted(["make_data", "square@0", "square@1", "total", f"{M}-smoke"])
-    total = next(r for r in runs if r["info"]["run_name"] == "total")
+    assert names == sorted([f"{M} make_data [smoke]", f"{M} square seed=0 [smoke]",
+                            f"{M} square seed=1 [smoke]", f"{M} total [smoke]", f"{M}-smoke"])
+    total = next(r for r in runs if r["info"]["run_name"] == f"{M} total [smoke]")
     assert {"key": "total", "value": 25.0} in [{k: m[k] for k in ("key", "value")}
                                                for m in total["data"]["metrics"]]
 
