@@ -1,0 +1,164 @@
+"""Params of the Di-BiLPS reproduction. Defaults are the ``small`` profile.
+
+Di-BiLPS (ICML 2026): a VAE compresses the joint field (u, a) to a latent, a contrastively
+trained point-set encoder embeds the sparse observations, a latent diffusion model conditioned
+on those tokens plus a direction token (+1 forward: sparse a -> u, -1 inverse: sparse u -> a)
+generates the joint latent, and a VP/DDIM sampler with observation- and PDE-residual guidance
+and early exit turns it into a solver. Values quoted from the official code are marked [code].
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar, Literal
+
+from components.common.config import MethodConfig, Section
+
+PDES = ("poisson", "darcy", "helmholtz")
+
+
+class Data(Section):
+    pdes: list[Literal["poisson", "darcy", "helmholtz"]] = ["poisson", "darcy"]
+    res: int = 32                  # grid nodes per side, boundary nodes included
+    sr_factor: int = 2             # test_hr is solved on a (sr_factor * (res-1) + 1)... see data.py
+    n_train: int = 1000
+    n_val: int = 16                # guidance weights are calibrated here, never on test
+    n_test: int = 40
+    grf_alpha: float = 2.0         # spectral filter (pi^2 |k|^2 + tau^2)^(-alpha/2)  [notes]
+    grf_tau: float = 3.0
+    grf_modes: int = 16            # cosine modes per axis: the field is defined off-grid too
+    helmholtz_k: float = 1.0       # k^2 far from the first Dirichlet eigenvalue 2 pi^2
+    seed: int = 0
+
+
+class Masks(Section):
+    obs_fraction: float = 0.03     # 31 of 32^2 nodes; 500 of 128^2 in the paper [code]
+    seed: int = 1234               # one fixed mask per val/test sample, shared by every method
+
+
+class VAE(Section):
+    latent_channels: int = 4       # [code] 4 latent channels; 32^2 -> 4 x 8 x 8 here
+    width: int = 16                # 16 / 32 / 64 channels at n, n/2, n/4
+    feature_channels: int = 32     # feature map the continuous decoder samples bilinearly
+    fourier_freqs: int = 4         # coordinate features sin/cos(pi f x), f = 1..F
+    kl_weight: float = 1.0e-6      # [code]
+    steps: int = 800
+    batch_size: int = 16
+    lr: float = 2.0e-3
+    seed: int = 0
+
+
+class CondEncoder(Section):
+    d_model: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    embed_dim: int = 64
+    temperature_init: float = 0.07     # logit scale log(1/0.07) [code]
+    steps: int = 300
+    batch_size: int = 64
+    lr: float = 1.0e-3
+    seed: int = 0
+
+
+class Diffusion(Section):
+    """VP diffusion shared by the latent model and the pixel-space baseline."""
+    train_timesteps: int = 1000                 # [code]
+    beta_start: float = 0.00085                 # scaled_linear [code]
+    beta_end: float = 0.012
+    latent_channels: int = 32       # latent UNet: 32 / 64 channels at 8^2 / 4^2, cross-attention
+    pixel_channels: int = 16        # pixel UNet: 16 / 32 / 32 channels at 32^2 / 16^2 / 8^2
+    latent_steps: int = 1500
+    pixel_steps: int = 1500         # the same optimiser steps and batch for both models
+    batch_size: int = 16
+    lr: float = 1.5e-3
+    seed: int = 0
+
+
+class Guidance(Section):
+    """PDE-informed DDIM. Weights are picked per sampler and direction on the validation split
+    (never on test): zeta_obs from its grid with zeta_pde = 0 (the no_pde optimum), then
+    zeta_pde from its grid at that zeta_obs (the full variant). The paper's Darcy-forward
+    defaults are zeta_obs = 20, zeta_pde = 1 at 128^2 [code]."""
+    steps: int = 30                              # DDIM steps (200 in the paper)
+    early_exit_frac: float = 0.9                 # [code]
+    zeta_obs_grid: list[float] = [2.0, 10.0, 50.0]
+    zeta_pde_grid: list[float] = [0.3, 1.0, 3.0]
+    double_obs_step: bool = False                # the official pipeline subtracts the obs step twice
+    variants: list[str] = ["full", "no_pde", "no_obs", "no_guidance", "no_early_exit"]
+    batch_size: int = 40
+
+
+class Baselines(Section):
+    regressor_width: int = 16
+    regressor_steps: int = 1500      # the diffusion models' step budget and batch
+    regressor_batch_size: int = 16
+    regressor_lr: float = 2.0e-3
+    rbf_kernel: str = "thin_plate_spline"
+    seed: int = 0
+
+
+class Evaluate(Section):
+    timing_batch: int = 16
+    timing_repeats: int = 3
+
+
+class Paper(Section):
+    """paper profile: DiffusionPDE-style data (128^2, 500 observed points) from a local folder
+    holding ``<pde>/{train,test,test_hr}.npz`` with arrays ``a`` and ``u``."""
+    enabled: bool = False
+    data_root: str = ""
+
+
+class DibilpsConfig(MethodConfig):
+    seeds: list[int] = [0, 1]               # sampling seeds of every diffusion sampler
+    data: Data = Data()
+    masks: Masks = Masks()
+    vae: VAE = VAE()
+    cond_encoder: CondEncoder = CondEncoder()
+    diffusion: Diffusion = Diffusion()
+    guidance: Guidance = Guidance()
+    baselines: Baselines = Baselines()
+    evaluate: Evaluate = Evaluate()
+    paper: Paper = Paper()
+
+    SMOKE: ClassVar[dict] = {
+        "seeds": [0],
+        "data": {"pdes": ["poisson"], "res": 16, "n_train": 48, "n_val": 3, "n_test": 4},
+        "vae": {"steps": 15, "width": 8, "feature_channels": 8, "batch_size": 8},
+        "cond_encoder": {"steps": 10, "d_model": 16, "embed_dim": 16, "n_layers": 1,
+                         "batch_size": 16},
+        "diffusion": {"latent_steps": 20, "pixel_steps": 10, "latent_channels": 8,
+                      "pixel_channels": 8, "batch_size": 8},
+        "guidance": {"steps": 4, "zeta_obs_grid": [10.0], "zeta_pde_grid": [1.0]},
+        "baselines": {"regressor_steps": 10, "regressor_width": 8, "regressor_batch_size": 8},
+        "evaluate": {"timing_batch": 2, "timing_repeats": 1},
+    }
+    PAPER: ClassVar[dict] = {
+        "data": {"pdes": ["poisson", "darcy", "helmholtz"], "res": 128, "n_train": 50_000,
+                 "n_val": 100, "n_test": 1000},
+        "vae": {"width": 128, "feature_channels": 64, "steps": 100_000, "batch_size": 64,
+                "lr": 1.0e-4},
+        "cond_encoder": {"d_model": 768, "n_layers": 6, "n_heads": 16, "embed_dim": 768,
+                         "steps": 150_000, "lr": 5.0e-5},
+        "diffusion": {"latent_channels": 320, "pixel_channels": 128, "latent_steps": 30_000,
+                      "pixel_steps": 30_000,
+                      "batch_size": 128, "lr": 1.0e-4},
+        "guidance": {"steps": 200, "batch_size": 100},
+        "baselines": {"regressor_width": 64, "regressor_steps": 30_000, "regressor_batch_size": 128},
+        "paper": {"enabled": True},
+    }
+
+    def preflight(self) -> None:
+        if not self.paper.enabled:
+            return
+        root = Path(self.paper.data_root) if self.paper.data_root else None
+        if root is None or not root.is_dir():
+            raise FileNotFoundError(
+                f"dibilps paper profile: paper.data_root = {self.paper.data_root!r} is not a "
+                "folder; set paper.data_root to a local copy of the DiffusionPDE-format data "
+                "(<pde>/train.npz, test.npz, test_hr.npz with arrays a, u); nothing is downloaded")
+        for pde in self.data.pdes:
+            for split in ("train", "test", "test_hr"):
+                path = root / pde / f"{split}.npz"
+                if not path.exists():
+                    raise FileNotFoundError(
+                        f"dibilps paper profile: {path} is missing (config key paper.data_root)")

@@ -1,0 +1,210 @@
+"""Training stages: VAE, contrastive condition encoder, latent cache, latent and pixel diffusion."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from components.common.io import load_torch, save_torch
+from components.common.seeds import seed_everything
+from components.common.train import fit
+from components.dibilps.data import load_normaliser, load_split
+from components.dibilps.diffusion import VPSchedule
+from components.dibilps.models import CondEncoder, FieldVAE, LatentDenoiser, UNet, grid_coords
+
+
+# ----------------------------------------------------------------------------- helpers
+def normalised_fields(data_dir: Path, split: str) -> torch.Tensor:
+    """(S, 2, n, n) float32: channel 0 = u, channel 1 = a, both normalised."""
+    u, a = load_split(data_dir, split)
+    u_n, a_n = load_normaliser(data_dir).encode(u, a)
+    return torch.from_numpy(np.stack([u_n, a_n], axis=1).astype(np.float32))
+
+
+def random_batches(n: int, batch_size: int):
+    while True:
+        yield torch.randint(0, n, (batch_size,))
+
+
+def random_point_index(batch: int, n: int, k: int) -> torch.Tensor:
+    """(batch, k) distinct random node indices per row (flattened row-major)."""
+    return torch.rand(batch, n * n).argsort(dim=1)[:, :k]
+
+
+def mask_to_index(masks: np.ndarray) -> torch.Tensor:
+    """Fixed boolean masks (S, n, n) with equal counts -> (S, k) flattened node indices."""
+    return torch.from_numpy(np.stack([np.flatnonzero(m) for m in masks]))
+
+
+def gather_points(field: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """field (B, n, n), idx (B, k) -> coords (B, k, 2), values (B, k)."""
+    n = field.shape[-1]
+    coords = grid_coords(n)[idx]
+    return coords, field.flatten(1).gather(1, idx)
+
+
+def observation_tokens(encoder: CondEncoder, fields: torch.Tensor, idx: torch.Tensor,
+                       direction: torch.Tensor) -> torch.Tensor:
+    """Point tokens of the observed field: sparse a for direction +1 (forward), sparse u for -1."""
+    coords, u_vals = gather_points(fields[:, 0], idx)
+    _, a_vals = gather_points(fields[:, 1], idx)
+    tok_a = encoder.tokens("a", coords, a_vals)
+    tok_u = encoder.tokens("u", coords, u_vals)
+    return torch.where(direction.view(-1, 1, 1) > 0, tok_a, tok_u)
+
+
+def n_params(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def _tail_mean(records, key: str) -> float:
+    return float(np.mean([r[key] for r in records[-5:]]))
+
+
+def save_model(path: Path, model: torch.nn.Module, args: dict, **extra) -> None:
+    save_torch(path, {"state_dict": model.state_dict(), "args": args, **extra})
+
+
+def load_model(path: Path, cls):
+    blob = load_torch(path)
+    model = cls(**blob["args"])
+    model.load_state_dict(blob["state_dict"])
+    return model.eval(), blob
+
+
+# ----------------------------------------------------------------------------- VAE
+def train_vae_stage(cfg, ctx) -> None:
+    s, pde = cfg.vae, ctx.item["pde"]
+    seed_everything(s.seed)
+    x = normalised_fields(ctx.inputs["generate_pde_data"][pde], "train")
+    args = {"latent_channels": s.latent_channels, "width": s.width,
+            "feature_channels": s.feature_channels, "fourier_freqs": s.fourier_freqs,
+            "res": int(x.shape[-1])}
+    vae = FieldVAE(**args)
+    records = fit(vae, (x[i] for i in random_batches(len(x), s.batch_size)),
+                  lambda m, b: m(b, s.kl_weight), steps=s.steps, lr=s.lr, warmup=min(50, s.steps // 10),
+                  ctx=ctx, log_every=20, prefix="vae")
+    vae.eval()
+    val = normalised_fields(ctx.inputs["generate_pde_data"][pde], "val")
+    with torch.no_grad():
+        rec = vae.decode(vae.encode(val)[0], val.shape[-1])
+    rel = ((rec - val).flatten(2).norm(dim=2) / val.flatten(2).norm(dim=2)).mean(dim=0)
+    save_model(ctx.out_dir / "vae.pt", vae, args)
+    ctx.write_metrics({"final_loss": _tail_mean(records, "vae/loss"), "n_params": n_params(vae),
+                       "val_rel_l2_u": float(rel[0]), "val_rel_l2_a": float(rel[1])})
+
+
+def load_vae(folder: Path) -> FieldVAE:
+    return load_model(Path(folder) / "vae.pt", FieldVAE)[0]
+
+
+# ----------------------------------------------------------------------------- condition encoder
+def train_cond_encoder_stage(cfg, ctx) -> None:
+    s, pde = cfg.cond_encoder, ctx.item["pde"]
+    seed_everything(s.seed)
+    x = normalised_fields(ctx.inputs["generate_pde_data"][pde], "train")
+    n = x.shape[-1]
+    from components.dibilps.data import n_observed
+    k = n_observed(n, cfg.masks.obs_fraction)
+    args = {"d_model": s.d_model, "n_layers": s.n_layers, "n_heads": s.n_heads,
+            "embed_dim": s.embed_dim, "temperature_init": s.temperature_init}
+    enc = CondEncoder(**args)
+    accs: list[float] = []
+
+    def loss_fn(model, idx):
+        b = x[idx]
+        pts = random_point_index(len(b), n, k)     # training masks are fresh every batch
+        coords, u_vals = gather_points(b[:, 0], pts)
+        _, a_vals = gather_points(b[:, 1], pts)
+        loss, acc = model.info_nce(coords, u_vals, a_vals)
+        accs.append(float(acc))
+        return loss
+
+    records = fit(enc, random_batches(len(x), s.batch_size), loss_fn, steps=s.steps, lr=s.lr,
+                  weight_decay=1e-2, warmup=min(50, s.steps // 10), ctx=ctx, log_every=20,
+                  prefix="encoder")
+    # retrieval accuracy on val (fixed-size batch of val fields, fresh random points)
+    val = normalised_fields(ctx.inputs["generate_pde_data"][pde], "val")
+    g = torch.Generator().manual_seed(0)
+    pts = torch.rand(len(val), n * n, generator=g).argsort(dim=1)[:, :k]
+    coords, u_vals = gather_points(val[:, 0], pts)
+    _, a_vals = gather_points(val[:, 1], pts)
+    with torch.no_grad():
+        _, val_acc = enc.info_nce(coords, u_vals, a_vals)
+    save_model(ctx.out_dir / "encoder.pt", enc, args)
+    ctx.write_metrics({"final_loss": _tail_mean(records, "encoder/loss"),
+                       "train_retrieval_acc": float(np.mean(accs[-20:])),
+                       "val_retrieval_acc": float(val_acc), "val_batch": int(len(val)),
+                       "n_params": n_params(enc)})
+
+
+def load_encoder(folder: Path) -> CondEncoder:
+    return load_model(Path(folder) / "encoder.pt", CondEncoder)[0]
+
+
+# ----------------------------------------------------------------------------- latents
+def encode_latents_stage(cfg, ctx) -> None:
+    pde = ctx.item["pde"]
+    vae = load_vae(ctx.inputs["train_vae"][pde])
+    x = normalised_fields(ctx.inputs["generate_pde_data"][pde], "train")
+    with torch.no_grad():
+        z = torch.cat([vae.encode(x[i:i + 256])[0] for i in range(0, len(x), 256)])
+    scale = float(1.0 / z.std())          # the role of SD's 0.18215, measured on our latents
+    save_torch(ctx.out_dir / "latents.pt", {"z": z * scale, "scale": scale})
+    ctx.write_metrics({"latent_shape": list(z.shape[1:]), "scale": scale,
+                       "latent_dims": int(z[0].numel()), "field_dims": int(x[0].numel())})
+
+
+# ----------------------------------------------------------------------------- diffusion
+def schedule_from(cfg) -> VPSchedule:
+    d = cfg.diffusion
+    return VPSchedule(d.train_timesteps, d.beta_start, d.beta_end)
+
+
+def train_latent_diffusion_stage(cfg, ctx) -> None:
+    d, pde = cfg.diffusion, ctx.item["pde"]
+    seed_everything(d.seed)
+    blob = load_torch(ctx.inputs["encode_latents"][pde] / "latents.pt")
+    z = blob["z"]
+    x = normalised_fields(ctx.inputs["generate_pde_data"][pde], "train")
+    encoder = load_encoder(ctx.inputs["train_cond_encoder"][pde])
+    for p in encoder.parameters():
+        p.requires_grad_(False)
+    from components.dibilps.data import n_observed
+    n, k = x.shape[-1], n_observed(x.shape[-1], cfg.masks.obs_fraction)
+    args = {"latent_channels": int(z.shape[1]), "ch": d.latent_channels, "d_cond": encoder.d_model}
+    net = LatentDenoiser(**args)
+    sched = schedule_from(cfg)
+
+    def loss_fn(model, idx):
+        direction = torch.where(torch.rand(len(idx)) < 0.5, 1.0, -1.0)   # forward / inverse 50:50
+        with torch.no_grad():
+            obs = observation_tokens(encoder, x[idx], random_point_index(len(idx), n, k), direction)
+        cond = model.condition(obs, direction)
+        return sched.loss(model, z[idx], cond)
+
+    records = fit(net, random_batches(len(z), d.batch_size), loss_fn, steps=d.latent_steps, lr=d.lr,
+                  warmup=min(100, d.latent_steps // 10), ctx=ctx, log_every=25, prefix="latent_diffusion")
+    save_model(ctx.out_dir / "latent_unet.pt", net, args)
+    ctx.write_metrics({"final_loss": _tail_mean(records, "latent_diffusion/loss"),
+                       "n_params": n_params(net)})
+
+
+def train_pixel_diffusion_stage(cfg, ctx) -> None:
+    """Baseline: unconditional joint (u, a) diffusion in pixel space (DiffusionPDE-style),
+    the same VP schedule, conv UNet of the same width; guided with the same sampler."""
+    d, pde = cfg.diffusion, ctx.item["pde"]
+    seed_everything(d.seed)
+    x = normalised_fields(ctx.inputs["generate_pde_data"][pde], "train")
+    args = {"in_ch": 2, "ch": d.pixel_channels, "levels": 2, "d_cond": 0}
+    net = UNet(**args)
+    sched = schedule_from(cfg)
+    pad = (-x.shape[-1]) % 4
+    xp = torch.nn.functional.pad(x, (0, pad, 0, pad), mode="replicate") if pad else x
+    records = fit(net, random_batches(len(xp), d.batch_size),
+                  lambda m, idx: sched.loss(m, xp[idx]), steps=d.pixel_steps, lr=d.lr,
+                  warmup=min(100, d.pixel_steps // 10), ctx=ctx, log_every=25, prefix="pixel_diffusion")
+    save_model(ctx.out_dir / "pixel_unet.pt", net, args)
+    ctx.write_metrics({"final_loss": _tail_mean(records, "pixel_diffusion/loss"),
+                       "n_params": n_params(net)})

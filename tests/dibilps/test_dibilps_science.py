@@ -1,0 +1,201 @@
+"""Unit tests of the dibilps science: solvers, residuals, masks, diffusion algebra, guidance,
+the resolution-free decoder and the classical baselines."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from components.common.diffusion import euler_step
+from components.dibilps.baselines import interpolate_then_differentiate, interpolate_then_solve
+from components.dibilps.data import hr_res, make_inputs, n_observed, random_masks
+from components.dibilps.diffusion import (Guidance, VPSchedule, ddim_step, guided_sample,
+                                          pde_step_coefficient, tweedie)
+from components.dibilps.infer import darcy_error_rate, paste_observations, primary_error
+from components.dibilps.models import FieldVAE, grid_coords
+from components.dibilps.pde import Solver, grf_coefficients, grf_on_grid, residual
+
+torch.set_num_threads(1)
+
+
+def _grid(n):
+    x = np.linspace(0, 1, n)
+    return np.meshgrid(x, x, indexing="ij")
+
+
+# ----------------------------------------------------------------------------- solvers
+def test_poisson_manufactured_solution_converges_second_order():
+    errs = []
+    for n in (17, 33, 65):
+        x, y = _grid(n)
+        exact = np.sin(np.pi * x) * np.sin(np.pi * y)
+        errs.append(np.abs(Solver("poisson", n).solve(-2 * np.pi**2 * exact) - exact).max())
+    ratios = [errs[i] / errs[i + 1] for i in range(2)]
+    assert all(3.6 < r < 4.4 for r in ratios), ratios
+
+
+def test_darcy_with_constant_coefficient_is_poisson():
+    n, c = 21, 3.0
+    u_darcy = Solver("darcy", n).solve(np.full((n, n), c))
+    u_poisson = Solver("poisson", n).solve(np.full((n, n), -1.0 / c))
+    np.testing.assert_allclose(u_darcy, u_poisson, atol=1e-12)
+    assert u_darcy[n // 2, n // 2] > 0 and np.all(u_darcy[0] == 0)
+
+
+@pytest.mark.parametrize("pde", ["poisson", "darcy", "helmholtz"])
+def test_solver_output_has_zero_torch_residual(pde):
+    rng = np.random.default_rng(3)
+    a = make_inputs(pde, grf_coefficients(rng, 3, 8, 2.0, 3.0), 20)
+    u = Solver(pde, 20).solve_batch(a)
+    r = residual(pde, torch.from_numpy(u), torch.from_numpy(a))
+    assert r.abs().max() < 1e-9 * max(1.0, np.abs(a).max())
+
+
+def test_residual_operator_on_known_fields():
+    """The 5-point stencil is exact for u quadratic per axis and a linear."""
+    n = 13
+    x, y = _grid(n)
+    u = x * (1 - x) * y * (1 - y)
+    lap = -2 * y * (1 - y) - 2 * x * (1 - x)
+    t = lambda v: torch.from_numpy(v)[None]  # noqa: E731
+    assert residual("poisson", t(u), t(lap)).abs().max() < 1e-10
+    assert residual("helmholtz", t(u), t(lap + 4.0 * u), helmholtz_k=2.0).abs().max() < 1e-10
+    a = 1 + x + 2 * y
+    ux, uy = (1 - 2 * x) * y * (1 - y), x * (1 - x) * (1 - 2 * y)
+    minus_div = -(1 * ux + a * (-2 * y * (1 - y)) + 2 * uy + a * (-2 * x * (1 - x)))
+    r = residual("darcy", t(u), t(a)) + 1.0        # residual = -div(a grad u) - 1
+    np.testing.assert_allclose(r[0].numpy(), minus_div[1:-1, 1:-1], atol=1e-10)
+    # a wrong field has a clearly non-zero residual
+    assert residual("poisson", t(u), t(lap + 0.1)).abs().mean() > 0.09
+
+
+def test_refined_grid_samples_the_same_continuous_field():
+    coef = grf_coefficients(np.random.default_rng(0), 2, 16, 2.0, 3.0)
+    n = 32
+    fine = grf_on_grid(coef, hr_res(n, 2))
+    np.testing.assert_allclose(fine[:, ::2, ::2], grf_on_grid(coef, n), atol=1e-12)
+
+
+# ----------------------------------------------------------------------------- masks
+@pytest.mark.parametrize("n", [32, 64, 128])
+def test_masks_hit_exactly_three_percent(n):
+    masks = random_masks(np.random.default_rng(0), 5, n, 0.03)
+    k = n_observed(n, 0.03)
+    assert k == round(0.03 * n * n)
+    assert (masks.reshape(5, -1).sum(axis=1) == k).all()
+    assert abs(masks[0].mean() - 0.03) <= 0.5 / (n * n)
+    assert n != 128 or k == 492     # the paper's 500 of 128^2 = 3.05 %
+    again = random_masks(np.random.default_rng(0), 5, n, 0.03)
+    assert (masks == again).all()
+
+
+# ----------------------------------------------------------------------------- diffusion algebra
+def test_tweedie_and_ddim_with_exact_noise_recover_x0():
+    sched = VPSchedule()
+    x0 = torch.randn(3, 4, 2, 2, dtype=torch.float64)
+    eps = torch.randn_like(x0)
+    t = torch.tensor([999, 500, 10])
+    zt = sched.q_sample(x0, t, eps)
+    for i in range(3):
+        ab = sched.abar_at(int(t[i]))
+        torch.testing.assert_close(tweedie(zt[i], eps[i], ab), x0[i])
+
+    def exact_eps(z, tt):
+        ab = sched.abar[tt].view(-1, 1, 1, 1).to(z.dtype)
+        return (z - ab.sqrt() * x0) / (1 - ab).sqrt()
+
+    z_T = sched.q_sample(x0, torch.full((3,), sched.timesteps(10)[0]), eps)
+    traj = guided_sample(exact_eps, lambda z: z, lambda f: f.flatten(1).norm(dim=1),
+                         lambda f: f.flatten(1).norm(dim=1), sched, 10, z_T, Guidance())
+    torch.testing.assert_close(traj.z0, x0)
+
+
+def test_pde_step_coefficient_is_negative():
+    sched = VPSchedule()
+    ts = sched.timesteps(50)
+    for t, t_prev in zip(ts, ts[1:] + [-1]):
+        assert pde_step_coefficient(sched.abar_at(t), sched.abar_at(t_prev)) < 0
+
+
+def test_ddim_step_is_euler_step_of_the_ve_ode():
+    """With x = z / sqrt(abar) and sigma = sqrt((1 - abar) / abar), DDIM (eta = 0) is Euler."""
+    sched = VPSchedule()
+    z = torch.randn(2, 3, dtype=torch.float64)
+    eps = torch.randn_like(z)
+    ab, ab_prev = sched.abar_at(700), sched.abar_at(600)
+    sig, sig_prev = math.sqrt((1 - ab) / ab), math.sqrt((1 - ab_prev) / ab_prev)
+    denoise = lambda x, s: tweedie(x * math.sqrt(ab), eps, ab)  # noqa: E731
+    x_next, _ = euler_step(denoise, z / math.sqrt(ab), sig, sig_prev)
+    torch.testing.assert_close(ddim_step(z, eps, ab, ab_prev) / math.sqrt(ab_prev), x_next)
+
+
+def _toy_problem():
+    torch.manual_seed(0)
+    dec = torch.randn(16, 2 * 8 * 8, dtype=torch.float64) / 4
+    decode = lambda z: (z.flatten(1) @ dec).view(-1, 2, 8, 8)  # noqa: E731
+    idx = torch.randint(0, 64, (4, 3))
+    obs = torch.randn(4, 3, dtype=torch.float64)
+    obs_loss = lambda f: (f[:, 1].flatten(1).gather(1, idx) - obs).norm(dim=1)  # noqa: E731
+    pde_loss = lambda f: (f[:, 0] - f[:, 1]).flatten(1).norm(dim=1) / 64  # noqa: E731
+    eps_fn = lambda z, t: 0.3 * z  # noqa: E731
+    z_T = torch.randn(4, 4, 2, 2, dtype=torch.float64)
+    return eps_fn, decode, obs_loss, pde_loss, z_T
+
+
+def test_guidance_lowers_the_observation_loss_along_the_trajectory():
+    eps_fn, decode, obs_loss, pde_loss, z_T = _toy_problem()
+    sched = VPSchedule()
+    plain = guided_sample(eps_fn, decode, obs_loss, pde_loss, sched, 20, z_T, Guidance())
+    guided = guided_sample(eps_fn, decode, obs_loss, pde_loss, sched, 20, z_T, Guidance(zeta_obs=0.5))
+    assert guided.obs_loss[-1] < 0.5 * plain.obs_loss[-1]
+    assert guided.obs_loss[-1] < 0.5 * guided.obs_loss[0]
+    assert sum(b <= a + 1e-9 for a, b in zip(guided.obs_loss, guided.obs_loss[1:])) >= 15
+    pde = guided_sample(eps_fn, decode, obs_loss, pde_loss, sched, 20, z_T, Guidance(zeta_pde=200.0))
+    assert pde.pde_loss[-1] < plain.pde_loss[-1]
+
+
+def test_early_exit_stops_after_ninety_percent_of_the_steps():
+    eps_fn, decode, obs_loss, pde_loss, z_T = _toy_problem()
+    traj = guided_sample(eps_fn, decode, obs_loss, pde_loss, VPSchedule(), 30, z_T,
+                         Guidance(early_exit_frac=0.9))
+    assert traj.steps_run == 27 and len(traj.obs_loss) == 28
+
+
+# ----------------------------------------------------------------------------- models
+def test_decoder_is_resolution_free_and_consistent_on_nested_grids():
+    torch.manual_seed(0)
+    vae = FieldVAE(latent_channels=4, width=8, feature_channels=8, res=16).eval()
+    z = torch.randn(2, 4, 4, 4)
+    with torch.no_grad():
+        coarse, fine = vae.decode(z, 16), vae.decode(z, hr_res(16, 2))
+        pts = vae.query(z, grid_coords(16))
+    assert fine.shape == (2, 2, 31, 31)
+    torch.testing.assert_close(fine[..., ::2, ::2], coarse, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(pts.transpose(1, 2).reshape(2, 2, 16, 16), coarse)
+
+
+# ----------------------------------------------------------------------------- baselines, scoring
+@pytest.mark.parametrize("pde", ["poisson", "darcy"])
+def test_baselines_are_exact_with_every_node_observed(pde):
+    rng = np.random.default_rng(1)
+    n = 12
+    a = make_inputs(pde, grf_coefficients(rng, 2, 6, 2.0, 3.0), n)
+    u = Solver(pde, n).solve_batch(a)
+    full = np.ones((2, n, n), dtype=bool)
+    solved = interpolate_then_solve(pde, a, full, "thin_plate_spline", 1.0)
+    np.testing.assert_allclose(solved[:, 0], u, atol=1e-8)
+    if pde == "poisson":
+        diff = interpolate_then_differentiate(pde, u, full, "thin_plate_spline", 1.0)
+        np.testing.assert_allclose(diff[:, 1, 1:-1, 1:-1], a[:, 1:-1, 1:-1], atol=1e-6)
+
+
+def test_scoring_pastes_only_the_observed_field_and_darcy_uses_error_rate():
+    true = np.ones((1, 2, 4, 4)) * 12.0
+    pred = np.zeros_like(true) + 3.0
+    mask = np.zeros((1, 4, 4), dtype=bool)
+    mask[0, 0, 0] = True
+    pasted = paste_observations(pred, true, mask, "forward")     # forward observes a
+    assert pasted[0, 1, 0, 0] == 12.0 and pasted[0, 0, 0, 0] == 3.0
+    assert darcy_error_rate(pasted[:, 1], true[:, 1])[0] == pytest.approx(15 / 16)
+    assert primary_error("darcy", "inverse", pasted, true)[0] == pytest.approx(15 / 16)
+    assert primary_error("poisson", "forward", true, true)[0] == 0.0
