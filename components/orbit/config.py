@@ -1,0 +1,176 @@
+"""Params of the orbit reproduction. Defaults are the ``small`` profile.
+
+Hyper-parameters the official repo fixes (configs/training.json, curriculum_admission) are
+kept where they transfer to a tiny policy: group size 8, clip 0.2 / 0.28, token-mean loss,
+dynamic sampling, temperature 1.0, EMA alpha 0.1, mastery 0.9, window 6, admission gate 0.75.
+Scaled down: lr (1e-6 is for a 4B model; a from-scratch 2-layer decoder needs ~1e-3), response
+length (statements, not tokens) and the overlong buffer. Our own choices (not in the paper):
+the difficulty-filter thresholds, the synthetic world, the template generator.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar, Literal
+
+from components.common.config import MethodConfig, Section
+
+
+class Cases(Section):
+    source: Literal["synthetic", "healthbench_jsonl"] = "synthetic"
+    n_train: int = 400
+    n_test: int = 200
+    n_seed_pool: int = 300          # the retrieval pool (HealthBench non-Hard analogue), disjoint
+    seed: int = 20260301
+    p_red_flag: float = 0.35
+    p_missing_duration: float = 0.5
+    p_pregnant: float = 0.35        # among adult women
+    p_clinician: float = 0.25
+    p_low_resource: float = 0.25
+    p_truncate_first: float = 0.25  # truncate after the first patient turn instead of the second
+
+
+class Endpoint(Section):
+    base_url: str = ""
+    model: str = ""
+    api_key_env: str = "OPENAI_API_KEY"
+
+
+class Rubrics(Section):
+    generator: Literal["template", "lm", "openai"] = "template"
+    top_k: int = 3                  # seed rubrics shown to the generator (repo: 3)
+    vote_share: float = 0.5         # template generator: keep a transferred item at this weighted vote
+    max_items: int = 20
+    embed_max_tokens: int = 64
+    lm_path: str = ""               # generator "lm": a local transformers model folder
+    endpoint: Endpoint = Endpoint()
+
+
+class PolicySection(Section):
+    kind: Literal["tiny", "lm"] = "tiny"
+    d_model: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    prompt_len: int = 48
+    max_response: int = 10          # statements per reply
+    sft_steps: int = 600
+    sft_batch: int = 64
+    sft_lr: float = 3e-3
+    reply_min: int = 3
+    reply_max: int = 6
+    p_filler: float = 0.35          # mediocre replies: filler / generic advice / anything
+    p_generic: float = 0.45
+    seed: int = 0
+    lm_path: str = ""               # kind "lm": a local HF model folder (SmolLM2 / Qwen3)
+
+
+class Filter(Section):
+    rollouts: int = 8
+    temperature: float = 1.0
+    easy_threshold: float = 0.8     # our choice: drop cases the base already solves (mean score)
+    seed: int = 17
+
+
+class GRPO(Section):
+    variants: list[str] = ["orbit_curriculum", "orbit_all", "generic"]
+    steps: int = 300
+    prompts_per_step: int = 8
+    group_size: int = 8
+    lr: float = 1e-3
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    minibatches: int = 2
+    temperature: float = 1.0
+    max_gen_batches: int = 3
+    overlong_buffer: int = 3
+    overlong_factor: float = 1.0
+    reward_policy: Literal["positive", "signed_fallback"] = "positive"
+    window: int = 6
+    alpha: float = 0.1
+    mastery: float = 0.9
+    gate: float = 0.75
+
+
+class Evaluate(Section):
+    repeats: int = 2                # sampled replies per held-out example (simple-evals n_repeats)
+    temperature: float = 0.7
+    n_bootstrap: int = 1000
+    seed: int = 99
+    judge: Literal["rule", "openai"] = "rule"
+    endpoint: Endpoint = Endpoint()
+
+
+class Agreement(Section):
+    thresholds: list[float] = [0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7]
+    max_train_examples: int = 300   # MiniLM threshold picked on train-split rollouts only
+
+
+class Report(Section):
+    orbit_variant: str = "orbit_curriculum"   # the paper's method ("incremental" training)
+    min_gain_vs_base: float = 0.15
+    min_gain_vs_generic: float = 0.05
+
+
+class Paper(Section):
+    """paper profile: HealthBench JSONL files and models from user paths (never downloaded)."""
+    enabled: bool = False
+    train_jsonl: str = ""           # consultation prompts for RL (HealthBench row format)
+    seed_jsonl: str = ""            # HealthBench without the Hard subset (retrieval pool)
+    eval_jsonl: str = ""            # HealthBench-Hard
+    policy_path: str = ""           # Qwen3-4B-Instruct-2507 (local HF folder)
+
+
+class OrbitConfig(MethodConfig):
+    seeds: list[int] = [0, 1, 2]
+    cases: Cases = Cases()
+    rubrics: Rubrics = Rubrics()
+    policy: PolicySection = PolicySection()
+    filter: Filter = Filter()
+    grpo: GRPO = GRPO()
+    evaluate: Evaluate = Evaluate()
+    agreement: Agreement = Agreement()
+    report: Report = Report()
+    paper: Paper = Paper()
+
+    SMOKE: ClassVar[dict] = {
+        "seeds": [0],
+        "cases": {"n_train": 60, "n_test": 30, "n_seed_pool": 48},
+        "policy": {"sft_steps": 60, "d_model": 32},
+        "filter": {"rollouts": 4},
+        "grpo": {"steps": 30, "prompts_per_step": 4, "group_size": 4, "max_gen_batches": 2},
+        "evaluate": {"repeats": 1, "n_bootstrap": 200},
+        "agreement": {"max_train_examples": 40},
+    }
+    PAPER: ClassVar[dict] = {
+        "cases": {"source": "healthbench_jsonl"},
+        "rubrics": {"generator": "openai"},
+        "policy": {"kind": "lm", "max_response": 8192},
+        "grpo": {"steps": 500, "prompts_per_step": 64, "group_size": 8, "lr": 1e-6, "minibatches": 1,
+                 "max_gen_batches": 10, "overlong_buffer": 4096},
+        "evaluate": {"judge": "openai", "repeats": 1},
+        "paper": {"enabled": True},
+    }
+
+    def preflight(self) -> None:
+        if self.policy.kind == "lm" or self.paper.enabled:
+            self._need_path("policy.lm_path" if not self.paper.enabled else "paper.policy_path",
+                            self.policy.lm_path if not self.paper.enabled else self.paper.policy_path)
+        if self.paper.enabled:
+            for key in ("train_jsonl", "seed_jsonl", "eval_jsonl"):
+                self._need_path(f"paper.{key}", getattr(self.paper, key))
+        for key, ep in (("rubrics.endpoint", self.rubrics.endpoint), ("evaluate.endpoint", self.evaluate.endpoint)):
+            used = (key.startswith("rubrics") and self.rubrics.generator == "openai") or \
+                   (key.startswith("evaluate") and self.evaluate.judge == "openai")
+            if used and not (ep.base_url and ep.model):
+                raise ValueError(f"orbit: {key}.base_url and {key}.model must name an OpenAI-compatible "
+                                 "endpoint (e.g. a local vLLM server) for this profile")
+        if self.rubrics.generator == "lm":
+            self._need_path("rubrics.lm_path", self.rubrics.lm_path)
+        if self.rubrics.generator != "template" and self.evaluate.judge == "rule":
+            raise ValueError("orbit: generated free-text rubrics have no checkable predicates; set "
+                             "evaluate.judge = openai (the rule judge needs rubrics.generator = template)")
+
+    @staticmethod
+    def _need_path(key: str, value: str) -> None:
+        if not value or not Path(value).exists():
+            raise FileNotFoundError(f"orbit: {key} = {value!r} does not exist; set {key} to a local "
+                                    "path (nothing is downloaded at run time)")

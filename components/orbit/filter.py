@@ -1,0 +1,68 @@
+"""Stage difficulty_filter: base-policy rollouts on every training case, graded against the
+case's generated rubric. Cases with no signal (all rollouts score the same) or already solved
+(mean score >= easy_threshold, our choice: the paper's exact rule was not found) are dropped;
+the rubric items of the kept cases are ordered by difficulty (base success rate, easiest
+first), which is the order the incremental curriculum admits them in."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import torch
+
+from components.common.io import load_torch, read_table, write_table
+from components.orbit.grpo import Case, success_matrix
+from components.orbit.healthbench import reward_score
+from components.orbit.policy import load_policy, response_texts
+
+
+def rollouts(policy, prompts: list[list[dict]], k: int, temperature: float, seed: int,
+             chunk: int = 32) -> list[list[tuple[list[str], str]]]:
+    """k sampled replies per prompt: [[(statement ids, text) x k] per prompt]."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(0, len(prompts), chunk):
+        part = prompts[i:i + chunk]
+        texts = response_texts(policy, policy.sample(policy.encode(part), temperature, gen, n=k))
+        out += [texts[j * k:(j + 1) * k] for j in range(len(part))]
+    return out
+
+
+def difficulty_filter_stage(cfg, ctx) -> None:
+    f = cfg.filter
+    torch.set_num_threads(1)
+    policy = load_policy(load_torch(ctx.inputs["train_base"] / "policy.pt"))
+    cases = {c["prompt_id"]: c for c in read_table(ctx.inputs["build_cases"] / "cases.parquet").to_pylist()}
+    rubrics = read_table(ctx.inputs["generate_rubrics"] / "rubrics.parquet").to_pylist()
+    rubrics = [r for r in rubrics if json.loads(r["rubrics"])]
+    prompts = [json.loads(cases[r["prompt_id"]]["prompt"]) for r in rubrics]
+    samples = rollouts(policy, prompts, f.rollouts, f.temperature, f.seed)
+    kept, log_rows = [], []
+    n_flat = n_easy = 0
+    base_scores = []
+    for r, prompt, reps in zip(rubrics, prompts, samples):
+        items = json.loads(r["rubrics"])
+        case = Case(prompt, items, list(range(len(items))))
+        met = np.stack([case.judge(st) for st, _ in reps])
+        scores = np.asarray([reward_score(case.points, m) for m in met])
+        base_scores.append(float(scores.mean()))
+        for (st, text), m, s in zip(reps, met, scores):
+            log_rows.append({"prompt_id": r["prompt_id"], "response": text, "score": float(s),
+                             "met": json.dumps(m.tolist())})
+        if scores.max() - scores.min() <= 1e-12:
+            n_flat += 1
+            continue
+        if scores.mean() >= f.easy_threshold:
+            n_easy += 1
+            continue
+        success = success_matrix(met, case.points).mean(0)
+        order = sorted(range(len(items)), key=lambda i: (-success[i], i))
+        kept.append({"prompt_id": r["prompt_id"], "rubrics": r["rubrics"],
+                     "sorted_rubric_indices": json.dumps(order), "base_mean": float(scores.mean()),
+                     "item_success": json.dumps([round(float(x), 4) for x in success])})
+    if not kept:
+        raise RuntimeError("difficulty filter kept no case: every case was flat or already solved")
+    write_table(ctx.out_dir / "filtered.parquet", {k: [x[k] for x in kept] for k in kept[0]})
+    write_table(ctx.out_dir / "base_rollouts.parquet", {k: [x[k] for x in log_rows] for k in log_rows[0]})
+    ctx.write_metrics({"n_cases_in": len(rubrics), "n_kept": len(kept), "dropped_no_signal": n_flat,
+                       "dropped_easy": n_easy, "base_train_score": float(np.mean(base_scores))})
