@@ -20,9 +20,9 @@ class Data(Section):
     pdes: list[Literal["poisson", "darcy", "helmholtz"]] = ["poisson", "darcy"]
     res: int = 32                  # grid nodes per side, boundary nodes included
     sr_factor: int = 2             # test_hr is solved on a (sr_factor * (res-1) + 1)... see data.py
-    n_train: int = 1000
-    n_val: int = 16                # guidance weights are calibrated here, never on test
-    n_test: int = 40
+    n_train: int = 800
+    n_val: int = 12                # guidance weights are calibrated here, never on test
+    n_test: int = 32
     grf_alpha: float = 2.0         # spectral filter (pi^2 |k|^2 + tau^2)^(-alpha/2)  [notes]
     grf_tau: float = 3.0
     grf_modes: int = 16            # cosine modes per axis: the field is defined off-grid too
@@ -41,7 +41,7 @@ class VAE(Section):
     feature_channels: int = 32     # feature map the continuous decoder samples bilinearly
     fourier_freqs: int = 4         # coordinate features sin/cos(pi f x), f = 1..F
     kl_weight: float = 1.0e-6      # [code]
-    steps: int = 800
+    steps: int = 600
     batch_size: int = 16
     lr: float = 2.0e-3
     seed: int = 0
@@ -66,8 +66,8 @@ class Diffusion(Section):
     beta_end: float = 0.012
     latent_channels: int = 32       # latent UNet: 32 / 64 channels at 8^2 / 4^2, cross-attention
     pixel_channels: int = 16        # pixel UNet: 16 / 32 / 32 channels at 32^2 / 16^2 / 8^2
-    latent_steps: int = 1500
-    pixel_steps: int = 1500         # the same optimiser steps and batch for both models
+    latent_steps: int = 1000
+    pixel_steps: int = 1000         # the same optimiser steps and batch for both models
     batch_size: int = 16
     lr: float = 1.5e-3
     seed: int = 0
@@ -78,18 +78,18 @@ class Guidance(Section):
     (never on test): zeta_obs from its grid with zeta_pde = 0 (the no_pde optimum), then
     zeta_pde from its grid at that zeta_obs (the full variant). The paper's Darcy-forward
     defaults are zeta_obs = 20, zeta_pde = 1 at 128^2 [code]."""
-    steps: int = 30                              # DDIM steps (200 in the paper)
+    steps: int = 25                              # DDIM steps (200 in the paper)
     early_exit_frac: float = 0.9                 # [code]
-    zeta_obs_grid: list[float] = [2.0, 10.0, 50.0]
-    zeta_pde_grid: list[float] = [0.3, 1.0, 3.0]
+    zeta_obs_grid: list[float] = [0.5, 2.0, 8.0, 32.0]
+    zeta_pde_grid: list[float] = [0.1, 1.0, 10.0]
     double_obs_step: bool = False                # the official pipeline subtracts the obs step twice
     variants: list[str] = ["full", "no_pde", "no_obs", "no_guidance", "no_early_exit"]
-    batch_size: int = 40
+    batch_size: int = 32
 
 
 class Baselines(Section):
     regressor_width: int = 16
-    regressor_steps: int = 1500      # the diffusion models' step budget and batch
+    regressor_steps: int = 500
     regressor_batch_size: int = 16
     regressor_lr: float = 2.0e-3
     rbf_kernel: str = "thin_plate_spline"
