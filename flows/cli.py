@@ -27,6 +27,9 @@ examples:
   repro run linrnn --set two_state.n_paths=5000 --seeds 0 1
   repro status linrnn                      what is up to date / stale, and why (DVC's answer)
   repro compare linrnn                     tracked runs side by side (params that differ, metrics)
+  repro compare linrnn --runs 1a2b 3c4d     two or more chosen runs (any profile or git revision)
+  repro report                             the scorecard: reports/scorecard.md and .html
+  repro report --readme                    regenerate the README's method table
   repro ui --port 5000                     the MLflow UI on 127.0.0.1
 """
 
@@ -107,7 +110,37 @@ def cmd_compare(args: argparse.Namespace) -> None:
 
     project = Project.find()
     set_offline_env(project)
-    print(compare_runs(project, args.method, last=args.last, metric_filter=args.metric))
+    print(compare_runs(project, args.method, last=args.last, metric_filter=args.metric,
+                       run_ids=args.runs))
+
+
+def cmd_report(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from flows.runtime import registry, report
+    from flows.runtime.claims import ClaimsError
+    from flows.runtime.project import Project, set_offline_env
+
+    project = Project.find()
+    set_offline_env(project)
+    unknown = sorted(set(args.methods) - set(registry.method_names()))
+    if unknown:
+        raise SystemExit(f"unknown method(s) {unknown}; known: {registry.method_names()}")
+    methods = [registry.get(n) for n in args.methods] if args.methods else registry.all_methods()
+    try:
+        if args.readme:
+            path = project.root / "README.md"
+            text = report.readme_with_table(path.read_text(), report.methods_table(project, methods))
+            path.write_text(text)
+            print(f"[repro] README.md method table: {len(methods)} method(s)")
+            return
+        out_dir = Path(args.out) if args.out else project.root / "reports"
+        reports = report.build(project, methods, args.profile, out_dir)
+    except ClaimsError as err:
+        raise SystemExit(f"[repro] {err}") from None
+    for r in reports:
+        print(f"  {r.method.name:12s} {r.verdict}")
+    print(f"[repro] scorecard: {out_dir / 'scorecard.md'} and {out_dir / 'scorecard.html'}")
 
 
 def cmd_ui(args: argparse.Namespace) -> None:
@@ -213,8 +246,19 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--port", type=int, default=5000)
     ui.set_defaults(func=cmd_ui)
 
+    compare.add_argument("--runs", nargs="+", metavar="RUN_ID",
+                         help="compare these runs (ids or unique prefixes) instead of the latest ones")
     gen = sub.add_parser("gen", help="write every method's data/<m>/dvc.yaml from its declaration")
     gen.set_defaults(func=cmd_gen)
+    rep = sub.add_parser("report", help="the reproduction scorecard (Markdown + HTML) from the tracked runs")
+    rep.add_argument("methods", nargs="*", metavar="METHOD", help="default: every registered method")
+    rep.add_argument("--profile", default="small", choices=["smoke", "small", "paper"],
+                     help="whose runs to report (default small)")
+    rep.add_argument("--out", metavar="DIR", help="output folder (default reports/)")
+    rep.add_argument("--readme", action="store_true",
+                     help="instead, regenerate the method table in README.md from CLAIMS.md and committed metrics")
+    rep.set_defaults(func=cmd_report)
+
 
     sub.add_parser("index", help="collect every method's metrics into data/metrics_index.json "
                    "(the root dvc.yaml stage)").set_defaults(func=cmd_index)

@@ -29,7 +29,7 @@ def numeric_metrics(summary: dict[str, Any]) -> dict[str, float]:
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))}
 
 
-def _mlflow_key(key: str) -> str:
+def mlflow_key(key: str) -> str:
     # MLflow allows alphanumerics, _ - . space / ; replace anything else
     return "".join(c if c.isalnum() or c in "_-. /" else "_" for c in key)[:250]
 
@@ -64,7 +64,7 @@ class Tracker:
         from mlflow.entities import Param
 
         flat = _flatten("", params, {})
-        entries = [Param(_mlflow_key(k), (v if isinstance(v, str) else json.dumps(v))[:6000])
+        entries = [Param(mlflow_key(k), (v if isinstance(v, str) else json.dumps(v))[:6000])
                    for k, v in flat.items()]
         for i in range(0, len(entries), 100):
             self.client.log_batch(run_id, params=entries[i:i + 100])
@@ -82,10 +82,10 @@ class Tracker:
                   "dvc.stage_hash": dvc_info.get("stage_hash") or ""})
         run_id = run.info.run_id
         self._log_params(run_id, params)
-        metrics = [Metric(_mlflow_key(name), value, int(ts * 1000), step or 0)
+        metrics = [Metric(mlflow_key(name), value, int(ts * 1000), step or 0)
                    for name, value, step, ts in record.history if math.isfinite(value)]
         now = int(record.ended * 1000)
-        metrics += [Metric(_mlflow_key(k), v, now, 0) for k, v in numeric_metrics(record.summary).items()]
+        metrics += [Metric(mlflow_key(k), v, now, 0) for k, v in numeric_metrics(record.summary).items()]
         for i in range(0, len(metrics), 1000):
             self.client.log_batch(run_id, metrics=metrics[i:i + 1000])
         datasets = [
@@ -105,7 +105,7 @@ class Tracker:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        entries = [Metric(_mlflow_key(k), v, now, 0) for k, v in metrics.items()]
+        entries = [Metric(mlflow_key(k), v, now, 0) for k, v in metrics.items()]
         for i in range(0, len(entries), 1000):
             self.client.log_batch(parent_id, metrics=entries[i:i + 1000])
 
