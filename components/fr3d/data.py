@@ -1,0 +1,105 @@
+"""gen_scenes and render: procedural scenes per split, then RGB / metric depth / dynamic masks /
+ego poses. Splits: train (domain A), test (A-test), kitti_like (B), nuscenes_like (C),
+probe (A settings with a stationary ego, for the disentanglement probe), pretrain (the teacher's
+broad randomised renders: random fov, image shape, palette, traffic; B/C shapes excluded)."""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+
+from components.common.io import (load_torch, read_bytes, save_torch, write_bytes_atomic,
+                                  write_json_atomic)
+from components.fr3d.scenes import PALETTES, random_palette, render_sequence, sample_scene
+
+DOMAIN_SPLITS = ("train", "test", "kitti_like", "nuscenes_like")
+EVAL_SPLITS = ("test", "kitti_like", "nuscenes_like")
+
+
+def save_npz(path, **arrays) -> None:
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **arrays)
+    write_bytes_atomic(path, buf.getvalue())
+
+
+def load_npz(path) -> dict[str, np.ndarray]:
+    with np.load(io.BytesIO(read_bytes(path))) as f:
+        return {k: f[k] for k in f.files}
+
+
+def domain_of(scenes_cfg, split: str):
+    return getattr(scenes_cfg, "train" if split == "probe" else split)
+
+
+def make_split(sc, split: str, rng: np.random.Generator) -> list[dict]:
+    """Scene records of one split: the scene arrays plus how to render them."""
+    records = []
+    if split == "pretrain":
+        for _ in range(sc.pretrain_seq):
+            h, w = sc.pretrain_shapes[rng.integers(len(sc.pretrain_shapes))]
+            speed = 0.0 if rng.random() < 0.1 else float(rng.uniform(2.0, 12.0))
+            scene = sample_scene(rng, n_frames=sc.pretrain_frames, fps=sc.fps, speed=speed,
+                                 turn_prob=float(rng.uniform(0.2, 0.9)),
+                                 cars_per_100m=float(rng.uniform(0.0, 10.0)),
+                                 turn_radius_range=sc.turn_radius_range)
+            records.append(dict(scene=scene, height=int(h), width=int(w),
+                                fov_deg=float(rng.uniform(*sc.pretrain_fov_range)),
+                                palette=random_palette(rng)))
+        return records
+    dom = domain_of(sc, split)
+    n = sc.probe_seq if split == "probe" else dom.n_seq
+    for _ in range(n):
+        speed = 0.0 if split == "probe" else float(rng.uniform(*sc.speed_range))
+        scene = sample_scene(rng, n_frames=dom.n_frames, fps=sc.fps, speed=speed,
+                             turn_prob=dom.turn_prob, cars_per_100m=dom.cars_per_100m,
+                             turn_radius_range=sc.turn_radius_range)
+        records.append(dict(scene=scene, height=dom.height, width=dom.width, fov_deg=dom.fov_deg,
+                            palette=PALETTES[dom.palette]))
+    return records
+
+
+def gen_scenes_stage(cfg, ctx) -> None:
+    sc = cfg.scenes
+    summary = {}
+    for i, split in enumerate(sc.splits):
+        rng = np.random.default_rng([sc.data_seed, i])
+        records = make_split(sc, split, rng)
+        save_torch(ctx.out_dir / f"{split}.pt", records)
+        summary[f"n_seq_{split}"] = len(records)
+        ctx.progress(i + 1, len(sc.splits), f"scenes {split}")
+    ctx.write_metrics(summary)
+
+
+def render_stage(cfg, ctx) -> None:
+    sc, split = cfg.scenes, ctx.item["split"]
+    records = load_torch(ctx.inputs["gen_scenes"] / f"{split}.pt")
+    groups: dict[tuple[int, int], list] = {}
+    for i, rec in enumerate(records):
+        out = render_sequence(rec["scene"], height=rec["height"], width=rec["width"],
+                              fov_deg=rec["fov_deg"], palette=rec["palette"],
+                              cam_height=sc.cam_height, cam_pitch_deg=sc.cam_pitch_deg,
+                              max_depth=sc.max_depth)
+        out["fov"] = np.float32(rec["fov_deg"])
+        groups.setdefault((rec["height"], rec["width"]), []).append(out)
+        if (i + 1) % 50 == 0:
+            ctx.progress(i + 1, len(records), f"render {split}")
+    manifest = []
+    for (h, w), outs in sorted(groups.items()):
+        arrays = {k: np.stack([o[k] for o in outs]) for k in outs[0]}
+        save_npz(ctx.out_dir / f"{h}x{w}.npz", **arrays)
+        manifest.append(dict(height=h, width=w, n_seq=len(outs),
+                             fovs=sorted({round(float(o["fov"]), 6) for o in outs})))
+    write_json_atomic(ctx.out_dir / "manifest.json", manifest)
+    depth = np.concatenate([np.stack([o["depth"] for o in outs]).ravel() for outs in groups.values()])
+    dyn = np.concatenate([np.stack([o["dynamic"] for o in outs]).ravel() for outs in groups.values()])
+    ctx.write_metrics({"n_seq": len(records), "valid_share": float((depth > 0).mean()),
+                       "dynamic_share": float(dyn.mean()),
+                       "mean_depth": float(depth[depth > 0].mean())})
+
+
+def load_split(render_dir) -> dict[str, np.ndarray]:
+    """The single shape group of a domain split (train/test/kitti_like/nuscenes_like/probe)."""
+    files = sorted(p for p in render_dir.glob("*.npz"))
+    if len(files) != 1:
+        raise ValueError(f"{render_dir}: expected one image shape, found {[f.name for f in files]}")
+    return load_npz(files[0])

@@ -1,0 +1,213 @@
+"""CUT3R-tiny: the stand-in for the frozen 3D foundation model (pre-trained here, then frozen).
+
+Per frame, a patch-8 CNN encoder turns the image (plus normalised pixel coordinates, so any
+image shape works) into spatial tokens. A learned pose query joins them; the tokens read a
+persistent recurrent state (16 x 64) by cross-attention, mix by self-attention, and the state
+is written back from the tokens (CUT3R's read/write). Outputs per frame: the pose token z_t and
+the state-augmented spatial tokens F_t. Heads: depth (8x8 log-depth patch per token), pose
+(motion since the previous frame: 6D rotation + translation), horizontal field of view.
+The stateless encoder output is also exposed: it is the "2D feature" of the DINO-Foresight-like
+baseline.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as fn
+
+from components.common.io import load_torch, read_json, save_torch, write_json_atomic
+from components.common.seeds import seed_everything
+from components.common.train import fit
+from components.fr3d.data import load_npz, load_split
+from components.fr3d.geometry import matrix_to_rot6d, pose_from_9d, relative_poses
+from components.fr3d.nn import MLP, CrossBlock, SelfBlock
+
+PATCH = 8
+IDENTITY_9D = torch.tensor([1.0, 0, 0, 0, 1, 0, 0, 0, 0])
+
+
+def depth_head(dim: int) -> nn.Module:
+    head = MLP(dim, 2 * dim, PATCH * PATCH)
+    nn.init.constant_(head[-1].bias, float(np.log(15.0)))
+    return head
+
+
+def unpatchify(patches: torch.Tensor, h: int, w: int) -> torch.Tensor:
+    """(..., h*w, 64) per-token 8x8 patches -> (..., 8h, 8w)."""
+    lead = patches.shape[:-2]
+    x = patches.reshape(-1, h, w, PATCH, PATCH).permute(0, 1, 3, 2, 4)
+    return x.reshape(*lead, h * PATCH, w * PATCH)
+
+
+class TinyCUT3R(nn.Module):
+    def __init__(self, dim: int = 64, state_tokens: int = 16, heads: int = 4):
+        super().__init__()
+        self.dim = dim
+        self.encoder = nn.Sequential(
+            nn.Conv2d(5, 32, 3, 2, 1), nn.GELU(), nn.Conv2d(32, 48, 3, 2, 1), nn.GELU(),
+            nn.Conv2d(48, dim, 3, 2, 1), nn.GELU(), nn.Conv2d(dim, dim, 1))
+        self.state0 = nn.Parameter(torch.randn(state_tokens, dim) * 0.02)
+        self.pose_query = nn.Parameter(torch.randn(dim) * 0.02)
+        self.read = CrossBlock(dim, heads)
+        self.mix = SelfBlock(dim, heads)
+        self.write = CrossBlock(dim, heads)
+        self.depth_head = depth_head(dim)
+        self.pose_head = MLP(dim, 2 * dim, 9)
+        nn.init.zeros_(self.pose_head[-1].weight)
+        nn.init.zeros_(self.pose_head[-1].bias)
+        self.fov_head = MLP(dim, dim, 1)
+
+    def encode(self, rgb: torch.Tensor) -> torch.Tensor:
+        """(B, 3, H, W) in [0, 1] -> stateless 2D tokens (B, h*w, dim)."""
+        b, _, h, w = rgb.shape
+        ys = (torch.arange(h, dtype=rgb.dtype) + 0.5 - h / 2) / (w / 2)
+        xs = (torch.arange(w, dtype=rgb.dtype) + 0.5 - w / 2) / (w / 2)
+        yy, xx = torch.meshgrid(ys, xs, indexing="ij")
+        coords = torch.stack([xx, yy]).expand(b, 2, h, w)
+        feats = self.encoder(torch.cat([rgb * 2 - 1, coords], 1))
+        return feats.flatten(2).transpose(1, 2)
+
+    def step(self, enc: torch.Tensor, state: torch.Tensor):
+        x = torch.cat([self.pose_query.expand(len(enc), 1, -1), enc], 1)
+        x = self.mix(self.read(x, state))
+        state = self.write(state, x)
+        return x[:, 0], x[:, 1:], state
+
+    def forward(self, rgb: torch.Tensor):
+        """(B, T, 3, H, W) -> z (B, T, dim), F (B, T, n, dim), enc (B, T, n, dim)."""
+        b, t = rgb.shape[:2]
+        enc = self.encode(rgb.flatten(0, 1)).unflatten(0, (b, t))
+        state = self.state0.expand(b, -1, -1)
+        zs, fs = [], []
+        for k in range(t):
+            z, f, state = self.step(enc[:, k], state)
+            zs.append(z)
+            fs.append(f)
+        return torch.stack(zs, 1), torch.stack(fs, 1), enc
+
+    # frozen heads -------------------------------------------------------------------------
+    def decode_depth(self, tokens: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+        return unpatchify(self.depth_head(tokens), *grid).exp()
+
+    def decode_pose9(self, z: torch.Tensor) -> torch.Tensor:
+        return self.pose_head(z) + IDENTITY_9D.to(z)
+
+    def decode_pose(self, z: torch.Tensor) -> torch.Tensor:
+        """Motion since the previous frame as a 4x4 (camera t in camera t-1)."""
+        return pose_from_9d(self.decode_pose9(z))
+
+    def decode_fov(self, z: torch.Tensor) -> torch.Tensor:
+        return self.fov_head(z).squeeze(-1) + 1.2
+
+
+def silog_loss(pred_log: torch.Tensor, gt: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Scale-invariant log loss (Eigen et al.) per image, with a small absolute-scale anchor."""
+    d = (pred_log - torch.log(gt.clamp(min=1e-3))) * valid
+    n = valid.flatten(1).sum(1).clamp(min=1)
+    mean = d.flatten(1).sum(1) / n
+    sq = (d ** 2).flatten(1).sum(1) / n
+    return (torch.sqrt((sq - 0.85 * mean ** 2).clamp(min=1e-8)) + 0.1 * mean.abs()).mean()
+
+
+def to_tensor_rgb(rgb: np.ndarray) -> torch.Tensor:
+    """uint8 (..., H, W, 3) -> float (..., 3, H, W) in [0, 1]."""
+    return torch.from_numpy(rgb).float().div(255).movedim(-1, -3)
+
+
+def check_no_leak(manifest: list[dict], scenes_cfg) -> None:
+    """Zero-shot domains must stay out of pre-training: neither their image shape nor their
+    exact field of view may appear in the teacher's data."""
+    for split in ("kitti_like", "nuscenes_like"):
+        dom = getattr(scenes_cfg, split)
+        for group in manifest:
+            if (group["height"], group["width"]) == (dom.height, dom.width):
+                raise ValueError(f"teacher pre-training contains {split}'s image shape "
+                                 f"{dom.height}x{dom.width}: the zero-shot domain leaked")
+            if any(abs(f - dom.fov_deg) < 1e-6 for f in group["fovs"]):
+                raise ValueError(f"teacher pre-training contains {split}'s exact fov {dom.fov_deg}")
+
+
+def pretrain_teacher_stage(cfg, ctx) -> None:
+    tc, sc = cfg.teacher, cfg.scenes
+    render_dir = ctx.inputs["render"]["pretrain"]
+    check_no_leak(read_json(render_dir / "manifest.json"), sc)
+    rng = seed_everything(tc.seed)
+    groups = [load_npz(p) for p in sorted(render_dir.glob("*.npz"))]
+    sizes = np.array([len(g["rgb"]) for g in groups], dtype=float)
+    for g in groups:
+        g["rel9"] = np.concatenate([matrix_to_rot6d(torch.from_numpy(
+            relative_poses(g["pose"].astype(np.float64))[..., :3, :3])).numpy(),
+            relative_poses(g["pose"].astype(np.float64))[..., :3, 3]], -1).astype(np.float32)
+    model = TinyCUT3R(tc.dim, tc.state_tokens, tc.heads)
+
+    def batches():
+        while True:
+            g = groups[rng.choice(len(groups), p=sizes / sizes.sum())]
+            n, t = g["rgb"].shape[:2]
+            clip = min(tc.clip_frames, t)
+            idx = rng.integers(0, n, tc.batch_size)
+            start = rng.integers(0, t - clip + 1, tc.batch_size)
+            sel = (idx[:, None], start[:, None] + np.arange(clip)[None])
+            yield (to_tensor_rgb(g["rgb"][sel]), torch.from_numpy(g["depth"][sel]),
+                   torch.from_numpy(g["rel9"][sel]), torch.from_numpy(g["fov"][idx]))
+
+    def loss_fn(m, batch):
+        rgb, depth, rel9, fov = batch
+        z, f, _ = m(rgb)
+        h, w = rgb.shape[-2] // PATCH, rgb.shape[-1] // PATCH
+        pred_log = unpatchify(m.depth_head(f), h, w)
+        valid = (depth > 0).float()
+        l_depth = silog_loss(pred_log.flatten(0, 1), depth.flatten(0, 1), valid.flatten(0, 1))
+        pose9 = m.decode_pose9(z)
+        # the first frame of a clip has no previous frame: its motion is undefined
+        l_pose = (fn.l1_loss(pose9[:, 1:, :6], rel9[:, 1:, :6])
+                  + fn.l1_loss(pose9[:, 1:, 6:], rel9[:, 1:, 6:]))
+        l_fov = fn.l1_loss(m.decode_fov(z).mean(1), torch.deg2rad(fov))
+        return l_depth + tc.pose_weight * l_pose + tc.fov_weight * l_fov
+
+    records = fit(model, batches(), loss_fn, steps=tc.steps, lr=tc.lr, warmup=tc.steps // 20,
+                  weight_decay=1e-4, ctx=ctx, prefix="teacher", log_every=25)
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    save_torch(ctx.out_dir / "teacher.pt", {"state_dict": model.state_dict(),
+                                            "dim": tc.dim, "state_tokens": tc.state_tokens,
+                                            "heads": tc.heads})
+    n_params = sum(p.numel() for p in model.parameters())
+    write_json_atomic(ctx.out_dir / "summary.json", {"n_params": n_params})
+    ctx.write_metrics({"final_loss": records[-1]["teacher/loss"], "n_params": n_params})
+
+
+def load_teacher(teacher_dir) -> TinyCUT3R:
+    blob = load_torch(teacher_dir / "teacher.pt")
+    model = TinyCUT3R(blob["dim"], blob["state_tokens"], blob["heads"])
+    model.load_state_dict(blob["state_dict"])
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model
+
+
+@torch.no_grad()
+def extract_tokens_stage(cfg, ctx) -> None:
+    """Run the frozen teacher over every domain split from frame 0 (state carried through the
+    whole sequence) and cache z, F and the stateless 2D features (float16)."""
+    teacher = load_teacher(ctx.inputs["pretrain_teacher"])
+    summary = {}
+    for split, render_dir in sorted(ctx.inputs["render"].items()):
+        if split == "pretrain":
+            continue
+        frames = load_split(render_dir)
+        zs, fs, es = [], [], []
+        for i in range(0, len(frames["rgb"]), 32):
+            z, f, e = teacher(to_tensor_rgb(frames["rgb"][i:i + 32]))
+            zs.append(z.half())
+            fs.append(f.half())
+            es.append(e.half())
+        h, w = frames["rgb"].shape[2] // PATCH, frames["rgb"].shape[3] // PATCH
+        save_torch(ctx.out_dir / f"{split}.pt", {"z": torch.cat(zs), "F": torch.cat(fs),
+                                                 "enc": torch.cat(es), "grid": (h, w)})
+        summary[f"n_tokens_{split}"] = int(torch.cat(fs).shape[2])
+        ctx.progress(len(summary), len(ctx.inputs["render"]) - 1, f"tokens {split}")
+    ctx.write_metrics(summary)

@@ -1,0 +1,213 @@
+"""Science of the fr3d components: renderer geometry, metrics, pose alignment, forecaster
+invariants. Small synthetic fixtures, no runtime."""
+import numpy as np
+import pytest
+import torch
+
+from components.fr3d import geometry as geo
+from components.fr3d.scenes import (PALETTES, camera_pose, make_road, ray_box, ray_dirs,
+                                    render_sequence, sample_scene)
+
+torch.set_num_threads(1)
+RENDER = dict(palette=PALETTES["day"], cam_height=1.5, cam_pitch_deg=0.0, max_depth=60.0)
+
+
+def _scene(boxes, n_frames=3, speed=0.0, cars=None):
+    road = make_road([(200.0, 0.0)])
+    s = 10.0 + speed * np.arange(n_frames) / 5.0
+    cars = np.zeros((n_frames, 0, 3)) if cars is None else cars
+    return dict(road_s=road.s, road_x=road.x, road_z=road.z, road_yaw=road.yaw,
+                ego_x=np.zeros(n_frames), ego_z=s, ego_yaw=np.zeros(n_frames),
+                boxes=np.asarray(boxes, dtype=float).reshape(-1, 8), cars=cars,
+                car_colour=np.full((cars.shape[1], 1), 0.5),
+                building_colour=np.full((len(boxes), 1), 0.5))
+
+
+def test_ray_box_matches_analytic_intersection():
+    # an axis-aligned box 10 m ahead; the central ray enters its front face at z = 10 - 1
+    origin = np.zeros(3)
+    dirs = np.array([[0.0, 0.0, 1.0], [0.2, 0.0, 1.0], [5.0, 0.0, 1.0]])
+    t, axis = ray_box(origin, dirs, np.array([[0.0, 0.0, 10.0]]), np.array([[2.0, 2.0, 1.0]]),
+                      np.array([0.0]))
+    assert t[0, 0] == pytest.approx(9.0) and axis[0, 0] == 2
+    assert t[1, 0] == pytest.approx(9.0)          # x = 1.8 at z = 9: still the front face
+    assert np.isinf(t[2, 0])                      # misses
+    # rotated by 90 deg the box's x half-extent faces the camera
+    t, _ = ray_box(origin, dirs[:1], np.array([[0.0, 0.0, 10.0]]), np.array([[2.0, 2.0, 1.0]]),
+                   np.array([np.pi / 2]))
+    assert t[0, 0] == pytest.approx(8.0)
+
+
+def test_rendered_depth_equals_ground_and_box_geometry():
+    h, w, fov = 16, 24, 60.0
+    # box straight ahead on the road: centre z = ego + 20, half depth 1 -> face at 19 m
+    box = (0.0, -2.0, 30.0, 1.5, 2.0, 1.0, 0.0, 0)
+    out = render_sequence(_scene([box]), height=h, width=w, fov_deg=fov, **RENDER)
+    depth = out["depth"][0]
+    dirs = ray_dirs(h, w, fov).reshape(h, w, 3)
+    # bottom row: ground plane y = 0 seen from height 1.5 (pitch 0) -> t = 1.5 / dir_y
+    assert np.allclose(depth[-1], 1.5 / dirs[-1, :, 1], rtol=1e-5)
+    # central pixels just above the horizon hit the box front face at 19 m
+    assert depth[h // 2 - 1, w // 2] == pytest.approx(19.0, rel=1e-5)
+    assert not out["dynamic"].any()
+    assert out["rgb"].dtype == np.uint8 and out["rgb"].shape == (3, h, w, 3)
+
+
+def test_dynamic_mask_marks_cars_only():
+    cars = np.zeros((2, 1, 3))
+    cars[:, 0, 1] = [22.0, 25.0]                  # one car driving away on the centreline
+    out = render_sequence(_scene([], n_frames=2, cars=cars), height=16, width=24, fov_deg=60.0,
+                          **RENDER)
+    assert out["dynamic"][0].any()
+    # its visible face is the rear (z = centre - 2.1) in camera z
+    assert out["depth"][0][out["dynamic"][0]].min() == pytest.approx(22.0 - 2.1 - 10.0, rel=1e-4)
+    assert out["depth"][1][out["dynamic"][1]].min() > out["depth"][0][out["dynamic"][0]].min()
+
+
+def test_static_scene_with_stationary_ego_makes_copy_last_exact():
+    from components.fr3d.evaluate import score_split
+
+    rng = np.random.default_rng(0)
+    scene = sample_scene(rng, n_frames=8, fps=5.0, speed=0.0, turn_prob=0.5, cars_per_100m=0.0)
+    scene["ego_x"][:] = scene["ego_x"][0]         # no wobble: exactly stationary
+    scene["ego_z"][:] = scene["ego_z"][0]
+    out = render_sequence(scene, height=16, width=24, fov_deg=60.0, **RENDER)
+    assert np.array_equal(out["depth"][0], out["depth"][-1])
+    frames = {k: v[None] for k, v in out.items()}
+    ce, horizons = 3, [1, 3, 4]
+    preds = {"context": {"motion": np.broadcast_to(np.eye(4), (1, 3, 4, 4))},
+             "copy_last": {"depth": np.broadcast_to(out["depth"][ce], (1, 4, 16, 24)),
+                           "motion": np.broadcast_to(np.eye(4), (1, 4, 4, 4))}}
+    rows = score_split("test", preds, frames, ce, horizons, context=4, turn_deg=15.0)
+    assert len(rows) == len(horizons)
+    for row in rows:
+        assert row["absrel"] == 0.0 and row["delta1"] == 1.0
+        assert row["ate"] == pytest.approx(0.0, abs=1e-9) and row["rpe_r"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_depth_metrics_on_a_hand_computed_example():
+    gt = np.array([1.0, 2.0, 4.0, 8.0])
+    pred = np.array([1.0, 2.0, 2.0, 16.0])
+    absrel, d1, n = geo.depth_errors(pred, gt, np.ones(4, bool))
+    assert absrel == pytest.approx((0 + 0 + 0.5 + 1.0) / 4) and d1 == pytest.approx(0.5) and n == 4
+    scaled = geo.median_scale(2 * gt, gt, np.ones(4, bool))
+    assert np.allclose(scaled, gt)
+
+
+def test_umeyama_recovers_a_known_similarity():
+    rng = np.random.default_rng(1)
+    src = rng.normal(size=(20, 3))
+    angle = 0.7
+    rot = np.array([[np.cos(angle), 0, np.sin(angle)], [0, 1, 0], [-np.sin(angle), 0, np.cos(angle)]])
+    dst = 2.5 * src @ rot.T + np.array([1.0, -2.0, 3.0])
+    s, r, t = geo.umeyama(src, dst)
+    assert s == pytest.approx(2.5) and np.allclose(r, rot) and np.allclose(t, [1, -2, 3])
+
+
+def test_trajectory_errors_zero_under_similarity_and_const_velocity_exact_on_straight():
+    poses = np.stack([camera_pose(0.0, 2.0 * k, 0.0, 1.5, 0.0) for k in range(10)])
+    moved = poses.copy()
+    moved[:, :3, 3] = poses[:, :3, 3] * 0.5 + 7.0     # scaled + shifted copy of the truth
+    err = geo.trajectory_errors(moved, poses, n_context=4)
+    assert err["ate"] == pytest.approx(0.0, abs=1e-9) and err["rpe_t"] == pytest.approx(0.0, abs=1e-9)
+    # constant-velocity extrapolation of the last motion is exact on a straight road
+    rel = geo.relative_poses(poses)
+    future = geo.compose(poses[3], np.repeat(rel[3:4], 6, 0))
+    cv = np.concatenate([poses[:4], future])
+    assert geo.trajectory_errors(cv, poses, n_context=4)["ate"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_rot6d_roundtrip_and_relative_pose_composition():
+    r = torch.from_numpy(np.stack([camera_pose(0, 0, a, 1.5, 6.0)[:3, :3] for a in (0.1, -1.0)]))
+    assert torch.allclose(geo.rot6d_to_matrix(geo.matrix_to_rot6d(r)), r, atol=1e-10)
+    rng = np.random.default_rng(0)
+    poses = np.stack([camera_pose(*rng.normal(size=3), 1.5, 6.0) for _ in range(5)])
+    rebuilt = geo.compose(poses[0], geo.relative_poses(poses)[1:])
+    assert np.allclose(rebuilt, poses[1:])
+
+
+def _fc(**kw):
+    from components.fr3d.config import Fr3dConfig
+
+    return Fr3dConfig.for_profile("smoke", {"forecaster": kw}).forecaster
+
+
+def test_untrained_forecaster_copies_the_last_frame():
+    from components.fr3d.forecaster import build, rollout
+
+    model = build("fr3d", _fc(), 16)
+    f, z = torch.randn(2, 4, 6, 16), torch.randn(2, 4, 16)
+    fp, zp = rollout(model, f, z, (2, 3), 3)
+    assert torch.allclose(fp, f[:, -1:].expand(-1, 3, -1, -1)) and torch.allclose(zp, z[:, -1:].expand(-1, 3, -1))
+
+
+def test_info_share_is_the_only_path_from_scene_to_pose():
+    from components.fr3d.forecaster import build
+
+    torch.manual_seed(0)
+    z = torch.randn(2, 4, 16)
+    f1, f2 = torch.randn(2, 4, 6, 16), torch.randn(2, 4, 6, 16)
+    for variant, coupled in (("no_share", False), ("fr3d", True)):
+        model = build(variant, _fc(), 16)
+        for p in model.parameters():          # leave the zero init: outputs must depend on inputs
+            torch.nn.init.normal_(p, std=0.1)
+        with torch.no_grad():
+            za, zb = model(f1, z, (2, 3))[1], model(f2, z, (2, 3))[1]
+        assert torch.allclose(za, zb) != coupled, variant
+    assert build("scene_only", _fc(), 16).use_pose is False
+
+
+def test_forecaster_accepts_every_token_grid():
+    from components.fr3d.forecaster import build
+
+    model = build("fr3d", _fc(), 16)
+    for grid in ((2, 3), (3, 10), (4, 7)):
+        n = grid[0] * grid[1]
+        fp, zp = model(torch.randn(1, 4, n, 16), torch.randn(1, 4, 16), grid)
+        assert fp.shape == (1, n, 16) and zp.shape == (1, 16)
+
+
+def test_ar_schedule_ramps_to_full_rollout():
+    from components.fr3d.forecaster import rollout_length
+
+    fc = _fc(rollout=5, steps=100, ar_ramp=0.6)
+    lengths = [rollout_length(s, fc) for s in range(1, 101)]
+    assert lengths[0] == 1 and lengths[-1] == 5 and all(a <= b for a, b in zip(lengths, lengths[1:]))
+    assert lengths[59] == 5
+
+
+def test_teacher_heads_and_shapes():
+    from components.fr3d.teacher import TinyCUT3R
+
+    torch.manual_seed(0)
+    model = TinyCUT3R(dim=32, state_tokens=4, heads=4)
+    z, f, enc = model(torch.rand(2, 3, 3, 24, 40))
+    assert z.shape == (2, 3, 32) and f.shape == (2, 3, 15, 32) and enc.shape == (2, 3, 15, 32)
+    assert model.decode_depth(f, (3, 5)).shape == (2, 3, 24, 40)
+    # the untrained pose head predicts no motion
+    assert torch.allclose(model.decode_pose(z), torch.eye(4).expand(2, 3, 4, 4), atol=1e-6)
+
+
+def test_zero_shot_settings_cannot_leak_into_pretraining():
+    from components.fr3d.config import Fr3dConfig
+    from components.fr3d.teacher import check_no_leak
+
+    sc = Fr3dConfig.for_profile("small").scenes
+    check_no_leak([{"height": 32, "width": 48, "fovs": [61.3]}], sc)
+    with pytest.raises(ValueError, match="kitti_like"):
+        check_no_leak([{"height": 24, "width": 80, "fovs": [61.3]}], sc)
+    with pytest.raises(ValueError, match="exact fov"):
+        check_no_leak([{"height": 32, "width": 48, "fovs": [70.0]}], sc)
+    # the configured pre-training shapes never include B or C
+    assert [sc.kitti_like.height, sc.kitti_like.width] not in sc.pretrain_shapes
+    assert [sc.nuscenes_like.height, sc.nuscenes_like.width] not in sc.pretrain_shapes
+
+
+def test_profiles_validate_and_paper_preflight(tmp_path):
+    from components.fr3d.config import Fr3dConfig
+
+    for profile in ("smoke", "small", "paper"):
+        Fr3dConfig.for_profile(profile)
+    Fr3dConfig.for_profile("small").preflight()
+    with pytest.raises(FileNotFoundError, match="paper.cut3r_checkpoint"):
+        Fr3dConfig.for_profile("paper").preflight()
