@@ -1,0 +1,73 @@
+"""One policy, two roles (the paper's controller-reasoner with a shared backbone), tiny.
+
+Tokens: [CTRL] [ANSWER] [family] [arg_1] [arg_2] then ``budget / patch`` patch tokens per view.
+A view token is an MLP patch embedding + its position inside the view + the view's window
+geometry (start, end, width) + the round it was acquired in. A bidirectional transformer encoder
+mixes them; the [CTRL] token's head scores the candidate windows and STOP, the [ANSWER] token's
+head scores the options (options beyond the family's count are masked).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+MAX_OPTIONS = 5
+N_FAMILIES = 6
+N_ARG_VALUES = 16
+
+
+class ArtistPolicy(nn.Module):
+    def __init__(self, n_actions: int, budget: int, max_views: int, d_model: int = 64, n_layers: int = 2,
+                 n_heads: int = 4, patch: int = 16, dropout: float = 0.0):
+        super().__init__()
+        if budget % patch:
+            raise ValueError(f"budget {budget} must be a multiple of patch {patch}")
+        self.n_actions, self.budget, self.patch, self.max_views = n_actions, budget, patch, max_views
+        self.n_patches = budget // patch
+        self.special = nn.Parameter(torch.randn(2, d_model) * 0.02)      # [CTRL], [ANSWER]
+        self.family = nn.Embedding(N_FAMILIES, d_model)
+        self.arg = nn.Embedding(N_ARG_VALUES, d_model)
+        self.arg_slot = nn.Parameter(torch.randn(2, d_model) * 0.02)
+        self.patch_in = nn.Sequential(nn.Linear(patch, d_model), nn.GELU(), nn.Linear(d_model, d_model))
+        self.patch_pos = nn.Embedding(self.n_patches, d_model)
+        self.geometry = nn.Linear(3, d_model)
+        self.round = nn.Embedding(max_views, d_model)
+        layer = nn.TransformerEncoderLayer(d_model, n_heads, 4 * d_model, dropout, batch_first=True,
+                                           norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, n_layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(d_model)
+        self.controller_head = nn.Linear(d_model, n_actions + 1)
+        self.answer_head = nn.Linear(d_model, MAX_OPTIONS)
+
+    def forward(self, family: torch.Tensor, args: torch.Tensor, views: torch.Tensor, geometry: torch.Tensor,
+                present: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """family (b,), args (b, 2), views (b, V, budget), geometry (b, V, 3), present (b, V) bool.
+        Returns controller logits (b, A + 1) and answer logits (b, MAX_OPTIONS), unmasked."""
+        b, v, _ = views.shape
+        patches = views.reshape(b, v, self.n_patches, self.patch)
+        tok = (self.patch_in(patches) + self.patch_pos.weight[None, None]
+               + self.geometry(geometry)[:, :, None] + self.round.weight[None, :v, None])
+        tok = tok.reshape(b, v * self.n_patches, -1)
+        head = torch.cat([self.special[None].expand(b, -1, -1),
+                          self.family(family)[:, None],
+                          self.arg(args) + self.arg_slot[None]], dim=1)
+        x = torch.cat([head, tok], dim=1)
+        pad = torch.cat([torch.zeros(b, head.shape[1], dtype=torch.bool, device=views.device),
+                         (~present)[:, :, None].expand(b, v, self.n_patches).reshape(b, -1)], dim=1)
+        h = self.norm(self.encoder(x, src_key_padding_mask=pad))
+        return self.controller_head(h[:, 0]), self.answer_head(h[:, 1])
+
+
+def mask_answers(logits: torch.Tensor, n_options: torch.Tensor) -> torch.Tensor:
+    idx = torch.arange(logits.shape[-1], device=logits.device)
+    return logits.masked_fill(idx[None] >= n_options[:, None], float("-inf"))
+
+
+def mask_actions(logits: torch.Tensor, chosen: torch.Tensor, n_actions: int) -> torch.Tensor:
+    """Forbid re-selecting a window already inspected. ``chosen`` (b, R) holds action ids or -1."""
+    mask = torch.zeros_like(logits, dtype=torch.bool)
+    valid = chosen >= 0
+    rows = torch.arange(len(chosen), device=logits.device)[:, None].expand_as(chosen)
+    mask[rows[valid], chosen[valid]] = True
+    mask[:, n_actions] = False
+    return logits.masked_fill(mask, float("-inf"))
