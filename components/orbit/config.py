@@ -52,7 +52,7 @@ class PolicySection(Section):
     n_heads: int = 4
     prompt_len: int = 48
     max_response: int = 10          # statements per reply
-    sft_steps: int = 600
+    sft_steps: int = 300
     sft_batch: int = 64
     sft_lr: float = 3e-3
     reply_min: int = 3
@@ -72,7 +72,7 @@ class Filter(Section):
 
 class GRPO(Section):
     variants: list[str] = ["orbit_curriculum", "orbit_all", "generic"]
-    steps: int = 300
+    steps: int = 250
     prompts_per_step: int = 8
     group_size: int = 8
     lr: float = 1e-3
@@ -83,7 +83,8 @@ class GRPO(Section):
     max_gen_batches: int = 3
     overlong_buffer: int = 3
     overlong_factor: float = 1.0
-    reward_policy: Literal["positive", "signed_fallback"] = "positive"
+    # signed_fallback: a curriculum window holding only negative items still gives a signal
+    reward_policy: Literal["positive", "signed_fallback"] = "signed_fallback"
     window: int = 6
     alpha: float = 0.1
     mastery: float = 0.9

@@ -1,0 +1,44 @@
+"""orbit — "InfiMed-ORBIT: Aligning LLMs on Open-Ended Complex Tasks via Rubric-Based Incremental
+Training" (ICML 2026). Synthetic consultations, retrieval-conditioned rubrics, a small decoder
+policy, real GRPO with an incremental rubric curriculum, HealthBench-format grading."""
+from flows.runtime.dag import Method, Resources, Stage
+
+M = "components.orbit"
+
+METHOD = Method(
+    name="orbit",
+    title="Rubric-based incremental RL for medical dialogue (ORBIT)",
+    paper="https://arxiv.org/abs/2510.15859",
+    config=f"{M}.config:OrbitConfig",
+    stages=(
+        Stage("build_cases", f"{M}.data:build_cases_stage", params=("cases", "paper"),
+              description="Synthetic consultations truncated at a patient turn, HealthBench-format "
+                          "rows; train / held-out / seed-pool splits (paper: HealthBench JSONL)"),
+        Stage("generate_rubrics", f"{M}.rubrics:generate_rubrics_stage", params=("rubrics",),
+              deps=("build_cases",), resources=Resources(num_cpus=1),
+              description="MiniLM retrieval of similar seed cases + generator -> <= 20 validated "
+                          "items per training case; the generic baseline rubric"),
+        Stage("train_base", f"{M}.base:train_base_stage", params=("policy",), deps=("build_cases",),
+              resources=Resources(num_cpus=1),
+              description="Base policy: small decoder trained on mediocre generic replies"),
+        Stage("difficulty_filter", f"{M}.filter:difficulty_filter_stage", params=("filter",),
+              deps=("build_cases", "generate_rubrics", "train_base"),
+              description="Base rollouts; drop flat / solved cases; order items by difficulty"),
+        Stage("grpo_train", f"{M}.train:grpo_train_stage", params=("grpo", "seeds"),
+              deps=("build_cases", "generate_rubrics", "train_base", "difficulty_filter"),
+              fan_out={"variant": "grpo.variants", "seed": "seeds"}, resources=Resources(num_cpus=1),
+              description="GRPO (group advantages, clip 0.2/0.28, token-mean, dynamic sampling) with "
+                          "case rubrics (curriculum / all items) or the generic rubric"),
+        Stage("evaluate", f"{M}.evaluate:evaluate_stage", params=("evaluate",),
+              deps=("build_cases", "train_base", "grpo_train"), resources=Resources(num_cpus=1),
+              description="Held-out HealthBench-format score: clipped mean, bootstrap std, per axis "
+                          "and theme, positive-hit / negative rates"),
+        Stage("judge_agreement", f"{M}.evaluate:judge_agreement_stage", params=("agreement",),
+              deps=("build_cases", "generate_rubrics", "difficulty_filter", "evaluate"),
+              resources=Resources(num_cpus=1),
+              description="Rule judge vs an independent MiniLM judge: Cohen's kappa"),
+        Stage("report", f"{M}.report:report_stage", params=("report", "seeds"),
+              deps=("evaluate", "judge_agreement"),
+              description="Pass criteria of CLAIMS.md over seeds"),
+    ),
+)
