@@ -72,7 +72,8 @@ def cmd_run(args: argparse.Namespace) -> None:
     try:
         runner.run(names, profile=args.profile, selection=selection,
                    overrides=parse_overrides(args.set or [], args.seeds),
-                   executor=args.executor, ray_address=args.ray_address)
+                   executor=args.executor, ray_address=args.ray_address,
+                   data_root=args.data_root, dvc_remote=args.dvc_remote)
     except ValidationError as err:
         raise SystemExit(f"invalid params (nothing was run or written):\n{err}") from None
     except runner.StageFailure as err:
@@ -227,7 +228,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--from", dest="start", metavar="STAGE", help="consider this stage and everything downstream")
     run.add_argument("--force", action="append", metavar="STAGE", help="re-run this stage even if up to date")
     run.add_argument("--executor", choices=["threads", "ray"], help="where tasks run (default from params.yaml)")
-    run.add_argument("--ray-address", metavar="ADDR", help="an existing Ray cluster (implies --executor ray)")
+    run.add_argument("--ray-address", metavar="ADDR",
+                     help="an existing Ray cluster (implies --executor ray; env REPRO_RAY_ADDRESS)")
+    run.add_argument("--data-root", metavar="URL", help="stage inputs/outputs through this fsspec "
+                     "URL, e.g. s3://bucket/data, for workers without the workspace (env REPRO_DATA_ROOT)")
+    run.add_argument("--dvc-remote", metavar="URL", help="push outputs and run-cache to this DVC "
+                     "remote after the run, e.g. s3://bucket/dvc (env REPRO_DVC_REMOTE)")
     run.add_argument("--seeds", type=int, nargs="+", help="override the method's seeds")
     run.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a param, e.g. train.lr=0.01")
     run.set_defaults(func=cmd_run)

@@ -23,6 +23,9 @@ class Resources:
 
     num_cpus: float = 1
     num_gpus: float = 0
+    custom: dict[str, float] = field(default_factory=dict)
+    """Ray custom resources, e.g. ``{"highmem": 1}``: only nodes started with
+    ``ray start --resources '{"highmem": 4}'`` take the stage."""
 
 
 @dataclass(frozen=True)

@@ -90,6 +90,33 @@ class DvcBridge:
         }
 
 
+REMOTE_NAME = "repro"
+
+
+def configure_remote(bridge: "DvcBridge", url: str) -> None:
+    """Register ``url`` as the default DVC remote ``repro`` in ``.dvc/config.local`` (never
+    committed). Only the URL is written: credentials and endpoint come from the environment
+    (``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL``, ...), which dvc-s3 reads itself."""
+    repo = bridge.repo
+    current = repo.config.get("remote", {}).get(REMOTE_NAME, {}).get("url")
+    if current == url and repo.config.get("core", {}).get("remote") == REMOTE_NAME:
+        return
+    with repo.config.edit("local") as conf:
+        conf.setdefault("remote", {}).setdefault(REMOTE_NAME, {})["url"] = url
+        conf.setdefault("core", {})["remote"] = REMOTE_NAME
+    repo._reset()
+
+
+def push(bridge: "DvcBridge", pipeline_file: Path) -> int:
+    """``dvc push --run-cache`` of one method's pipeline: its outputs and every run-cache
+    entry, so another clone can ``dvc pull`` (or restore from the run-cache) instead of running."""
+    from dvc.repo import lock_repo
+
+    bridge.repo._reset()
+    with lock_repo(bridge.repo):
+        return bridge.repo.push(targets=[str(pipeline_file)], remote=REMOTE_NAME, run_cache=True)
+
+
 def _explain(entry: Any) -> list[str]:
     """Turn one entry of ``Repo.status`` into readable reasons (params / code / data / outs)."""
     if isinstance(entry, str):

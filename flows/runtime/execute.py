@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import sys
+import tempfile
 import time
 import uuid
 from contextlib import contextmanager
@@ -35,6 +37,9 @@ class StageRecord:
     summary: dict[str, Any] = field(default_factory=dict)
     history: list[tuple[str, float, int | None, float]] = field(default_factory=list)
     artifacts: list[str] = field(default_factory=list)
+    node: dict[str, str] = field(default_factory=dict)
+    data_root_files: list[str] | None = None
+    """With a data root: the output files the worker uploaded (the driver fetches exactly these)."""
 
     @property
     def instance(self) -> str:
@@ -98,10 +103,14 @@ def clean_stale_temps(final: Path) -> None:
 
 
 def run_stage(project: Project, method_name: str, stage_name: str, item_key: str | None = None,
-              on_progress: Callable[[int, int, str], None] | None = None) -> StageRecord:
+              on_progress: Callable[[int, int, str], None] | None = None,
+              params: dict[str, Any] | None = None, data_root: str | None = None) -> StageRecord:
+    """Run one instance. ``params`` (default: the workspace's params file) come from the driver
+    when it runs on a worker; with ``data_root`` the inputs and outputs go through that store
+    (see ``dataroot``) and the workspace is not touched: the driver fetches the output."""
     method = registry.get(method_name)
     stage = method.stage(stage_name)
-    params = pipeline.read_params(project, method)
+    params = params if params is not None else pipeline.read_params(project, method)
     config = pipeline.config_from_params(method, params)
     item: dict[str, Any] = {}
     if stage.fan_out:
@@ -110,25 +119,65 @@ def run_stage(project: Project, method_name: str, stage_name: str, item_key: str
             raise SystemExit(f"{method_name}.{stage_name}: item {item_key!r} not in {sorted(items)}")
         item = items[item_key]
 
-    final = project.stage_out(method_name, stage_name, item_key)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    clean_stale_temps(final)
-    tmp = final.with_name(f"{TMP_PREFIX}{final.name}-{uuid.uuid4().hex[:8]}")
-    ctx = LocalContext(out_dir=tmp, inputs=stage_inputs(project, method, stage_name, params),
-                       item=item, on_progress=on_progress)
+    final = project.stage_out(method_name, stage_name, item_key)  # the driver's workspace path
+    if data_root:
+        from flows.runtime.dataroot import DataRoot
+
+        store = DataRoot(data_root)
+        scratch = Path(tempfile.mkdtemp(prefix="repro-stage-"))
+        tmp = scratch / "out"
+        inputs = fetch_inputs(store, method, stage_name, params, scratch / "in")
+    else:
+        store, scratch = None, None
+        final.parent.mkdir(parents=True, exist_ok=True)
+        clean_stale_temps(final)
+        tmp = final.with_name(f"{TMP_PREFIX}{final.name}-{uuid.uuid4().hex[:8]}")
+        inputs = stage_inputs(project, method, stage_name, params)
+    ctx = LocalContext(out_dir=tmp, inputs=inputs, item=item, on_progress=on_progress)
     stage_function = stage.load()  # imports the stage's module (and torch) before limiting threads
     started = time.time()
+    files: list[str] = []
     try:
         with cpu_threads(stage.resources.num_cpus):
             stage_function(DeclaredParams(config, stage.params, stage_name), ctx)
-        if stage.metrics:
-            write_json_atomic(project.metrics_file(method_name, stage_name, item_key), ctx.summary)
-        replace_dir(tmp, final)
+        if store is not None:
+            files = store.upload_dir(tmp, store.path(method_name, stage_name, item_key))
+        else:
+            if stage.metrics:
+                write_json_atomic(project.metrics_file(method_name, stage_name, item_key), ctx.summary)
+            replace_dir(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
     # artifacts were logged at their temp path; they now live under the final folder
     artifacts = [str(final / Path(a).relative_to(tmp)) if Path(a).is_relative_to(tmp) else str(a)
                  for a in ctx.artifacts]
     return StageRecord(method_name, stage_name, item_key, started, time.time(),
-                       summary=ctx.summary, history=ctx.history, artifacts=artifacts)
+                       summary=ctx.summary, history=ctx.history, artifacts=artifacts,
+                       node=node_info(), data_root_files=files if store is not None else None)
+
+
+def fetch_inputs(store, method: Method, stage_name: str, params: dict[str, Any], into: Path) -> dict[str, Any]:
+    """Upstream outputs from the data root into node-local scratch, shaped like ``stage_inputs``."""
+    local = stage_inputs(Project(into), method, stage_name, params)
+    for dep, value in local.items():
+        targets = value.items() if isinstance(value, dict) else [(None, value)]
+        for key, path in targets:
+            store.download_dir(store.path(method.name, dep, key), path)
+    return local
+
+
+def node_info() -> dict[str, str]:
+    """Where this instance ran (host, and the Ray node when under Ray): recorded as tags."""
+    info = {"host": socket.gethostname()}
+    if "ray" in sys.modules:
+        import ray
+
+        if ray.is_initialized():
+            context = ray.get_runtime_context()
+            info["ray_node_id"] = context.get_node_id()
+            info["ray_node_ip"] = ray.util.get_node_ip_address()
+    return info

@@ -22,6 +22,7 @@ from flows.runtime import execute as execute_mod
 from flows.runtime.dvc_bridge import DvcBridge
 from flows.runtime.project import Project
 from flows.runtime.runner import Instance, Outcome, Plan, current_metrics, git_info, say
+from flows.runtime.scaleout import ScaleOut, driver_host, is_loopback, ray_host
 from flows.runtime.tracking import Tracker
 
 PROGRESS_EVERY_S = 2.0
@@ -50,10 +51,12 @@ class _ProgressReporter:
             pass
 
 
-def _run_stage(root: str, method: str, stage: str, item_key: str | None) -> dict[str, Any]:
+def _run_stage(root: str, method: str, stage: str, item_key: str | None,
+               params: dict[str, Any], data_root: str | None) -> dict[str, Any]:
     name = f"{stage}@{item_key}" if item_key else stage
     record = execute_mod.run_stage(Project(Path(root)), method, stage, item_key,
-                                   on_progress=_ProgressReporter(name))
+                                   on_progress=_ProgressReporter(name), params=params,
+                                   data_root=data_root)
     return record.to_dict()
 
 
@@ -63,7 +66,7 @@ def _run_stage(root: str, method: str, stage: str, item_key: str | None) -> dict
 run_stage_task = task(cache_policy=NO_CACHE, persist_result=False)(_run_stage)
 
 
-def _task_runner(executor: str, ray_address: str | None):
+def _task_runner(executor: str, settings: ScaleOut):
     if executor == "threads":
         from prefect.task_runners import ThreadPoolTaskRunner
 
@@ -72,8 +75,16 @@ def _task_runner(executor: str, ray_address: str | None):
         raise SystemExit(f"unknown executor {executor!r}; use threads or ray")
     from prefect_ray import RayTaskRunner
 
-    if ray_address:
-        return RayTaskRunner(address=ray_address)
+    if settings.ray_address:
+        # An existing cluster: its workers do not inherit this process's environment, so the
+        # Prefect API URL, tracking URI, data root and import path travel in the runtime_env.
+        init_kwargs: dict[str, Any] = {"runtime_env": {"env_vars": settings.worker_env()},
+                                       "log_to_driver": True}
+        host = ray_host(settings.ray_address)
+        if is_loopback(host) and host not in ("localhost", "127.0.0.1"):
+            # a test cluster on loopback aliases (127.0.0.2, ...): attach to the head's raylet
+            init_kwargs["_node_ip_address"] = host
+        return RayTaskRunner(address=settings.ray_address, init_kwargs=init_kwargs)
     return RayTaskRunner(init_kwargs={
         "num_cpus": os.cpu_count() or 2, "include_dashboard": False,
         "object_store_memory": 256 * 1024**2, "_node_ip_address": "127.0.0.1",
@@ -88,23 +99,67 @@ def _resource_options(executor: str, inst: Instance):
     from prefect_ray.context import remote_options
 
     res = inst.stage.resources
-    return remote_options(num_cpus=res.num_cpus, num_gpus=res.num_gpus)
+    options: dict[str, Any] = {"num_cpus": res.num_cpus, "num_gpus": res.num_gpus}
+    if res.custom:
+        options["resources"] = dict(res.custom)
+    if inst.item_key is not None:
+        options["scheduling_strategy"] = "SPREAD"   # fan-out items over different nodes
+    return remote_options(**options)
 
 
-def _api_server(executor: str, stack: ExitStack) -> None:
+def _api_server(executor: str, settings: ScaleOut, stack: ExitStack) -> None:
     """Under Ray every worker would start its own ephemeral Prefect server; start one here
-    and point the workers at it (they inherit the environment when Ray starts)."""
+    and point the workers at it (a local Ray inherits the environment; an existing cluster
+    gets it through the runtime_env). For a cluster it listens where the workers can reach
+    it (``REPRO_DRIVER_HOST``, or the address routing to the head); an existing Prefect
+    server given by ``PREFECT_API_URL`` is used as is."""
     if executor != "ray" or os.environ.get("PREFECT_API_URL"):
         return
-    from prefect.server.api.server import SubprocessASGIServer
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    server = SubprocessASGIServer()
+    server = _reachable_server(driver_host(settings))
     server.start(timeout=180)
     stack.callback(server.stop)
     os.environ["PREFECT_API_URL"] = server.api_url
     stack.callback(os.environ.pop, "PREFECT_API_URL", None)
     stack.enter_context(temporary_settings({PREFECT_API_URL: server.api_url}))
+
+
+def _reachable_server(host: str):
+    """Prefect's temporary API server, bound to ``host`` instead of its fixed 127.0.0.1.
+    (Overrides a private method of ``SubprocessASGIServer``: check it after Prefect upgrades;
+    ``test_scaleout`` starts one.)"""
+    from prefect.server.api import server as server_mod
+
+    class ReachableServer(server_mod.SubprocessASGIServer):
+        bind_host = host
+
+        @property
+        def address(self) -> str:
+            return f"http://{self.bind_host}:{self.port}"
+
+        def _run_uvicorn_command(self):
+            import subprocess
+
+            import prefect
+            from prefect.settings import get_current_settings
+
+            return subprocess.Popen(
+                args=[sys.executable, "-m", "uvicorn", "--app-dir", str(prefect.__module_path__.parent),
+                      "--factory", "prefect.server.api.server:create_app", "--host", self.bind_host,
+                      "--port", str(self.port), "--log-level", "error", "--lifespan", "on"],
+                env={**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",
+                     "PREFECT__SERVER_FINAL": "1",
+                     **get_current_settings().to_environment_variables(exclude_unset=True)})
+
+    if host == "127.0.0.1":
+        return server_mod.SubprocessASGIServer()
+    import socket
+
+    with socket.socket() as probe:  # instances are cached per port: never share the None key
+        probe.bind((host, 0))
+        port = probe.getsockname()[1]
+    return ReachableServer(port)
 
 
 def _upstream(plan: Plan, inst: Instance) -> list[str]:
@@ -122,6 +177,7 @@ class _Driver:
     outcome: Outcome
     executor: str
     parent: str
+    data_root: str | None
 
 
 _DRIVERS: dict[str, _Driver] = {}
@@ -142,7 +198,8 @@ def _method_flow(driver_key: str) -> str:
             futures[inst.name] = run_stage_task.with_options(
                 name=f"{method.name}.{inst.stage.name}", task_run_name=inst.name,
                 retries=inst.stage.retries,
-            ).submit(str(d.project.root), method.name, inst.stage.name, inst.item_key, wait_for=waits)
+            ).submit(str(d.project.root), method.name, inst.stage.name, inst.item_key,
+                     d.plan.params, d.data_root, wait_for=waits)
     by_future = {id(f): inst for inst, f in zip(d.plan.run, futures.values())}
     for future in as_completed(list(futures.values())):
         _record(d, by_future[id(future)], future)
@@ -154,20 +211,27 @@ method_flow = flow(log_prints=True)(_method_flow)
 
 
 def run_flow(project: Project, bridge: DvcBridge, plan: Plan, outcome: Outcome,
-             executor: str, ray_address: str | None) -> None:
+             executor: str, settings: ScaleOut) -> None:
     method = plan.method
+    if settings.data_root:
+        upload_inputs(project, plan, settings.data_root)
     tracker = Tracker(project)
     params = {k: v for k, v in plan.params.items() if k != "fanout"}
-    parent = tracker.start_parent(method.name, plan.profile, params,
-                                  {**git_info(project), "executor": executor, "pid": str(os.getpid())})
+    tags = {**git_info(project), "executor": executor, "pid": str(os.getpid())}
+    if settings.ray_address:
+        tags["ray_address"] = settings.ray_address
+    if settings.data_root:
+        tags["data_root"] = settings.data_root
+    parent = tracker.start_parent(method.name, plan.profile, params, tags)
     outcome.parent_run_id = parent
-    _DRIVERS[parent] = _Driver(project, bridge, tracker, plan, outcome, executor, parent)
-    configured = method_flow.with_options(name=f"repro-{method.name}",
-                                          task_runner=_task_runner(executor, ray_address))
+    _DRIVERS[parent] = _Driver(project, bridge, tracker, plan, outcome, executor, parent,
+                               settings.data_root)
     with ExitStack() as stack:
         stack.callback(_DRIVERS.pop, parent, None)
-        _api_server(executor, stack)
         try:
+            _api_server(executor, settings, stack)  # before the task runner: workers need its URL
+            configured = method_flow.with_options(name=f"repro-{method.name}",
+                                                  task_runner=_task_runner(executor, settings))
             state = configured(parent, return_state=True)
             if state.is_failed() and not outcome.failed:  # the flow itself broke, not a stage
                 state.result()
@@ -190,6 +254,14 @@ def _record(d: _Driver, inst: Instance, future) -> None:
         say(f"{plan.method.name}: {inst.name} FAILED: {type(err).__name__}: {err}")
         return
     record = execute_mod.StageRecord(**payload)
+    if record.data_root_files is not None:  # the output is on the data root: mirror it here
+        try:
+            _fetch_output(d, inst, record)
+        except Exception as err:  # noqa: BLE001 - not recorded, so stale: the next run redoes it
+            outcome.failed.append(inst.name)
+            say(f"{plan.method.name}: {inst.name} FAILED fetching its output from "
+                f"{d.data_root}: {type(err).__name__}: {err}")
+            return
     dvc_info = d.bridge.commit(inst.addr)
     stage_params = {k: plan.params[k] for k in inst.stage.params}
     if inst.item_key:
@@ -197,3 +269,37 @@ def _record(d: _Driver, inst: Instance, future) -> None:
     d.tracker.log_stage(d.parent, record, stage_params, dvc_info, plan.profile)
     outcome.executed.append(inst.name)
     say(f"{plan.method.name}: {inst.name} done in {record.ended - record.started:.1f}s")
+
+
+def _fetch_output(d: _Driver, inst: Instance, record: execute_mod.StageRecord) -> None:
+    from components.common.io import write_json_atomic
+    from flows.runtime.dataroot import DataRoot
+
+    store = DataRoot(d.data_root)
+    method = d.plan.method.name
+    final = d.project.stage_out(method, inst.stage.name, inst.item_key)
+    execute_mod.clean_stale_temps(final)
+    store.fetch_into_place(store.path(method, inst.stage.name, inst.item_key), final,
+                           record.data_root_files)
+    if inst.stage.metrics:
+        write_json_atomic(d.project.metrics_file(method, inst.stage.name, inst.item_key), record.summary)
+
+
+def upload_inputs(project: Project, plan: Plan, data_root: str) -> None:
+    """Inputs of the planned stages that this run does not produce (up to date, or restored
+    from the run-cache) go to the data root first, so workers anywhere can read them."""
+    from flows.runtime.dataroot import DataRoot
+
+    store = DataRoot(data_root)
+    method, running = plan.method, {inst.stage.name for inst in plan.run}
+    needed = {dep for inst in plan.run for dep in inst.stage.deps if dep not in running}
+    for dep in sorted(needed):
+        stage = method.stage(dep)
+        keys = list(plan.params.get("fanout", {}).get(dep, {})) if stage.fan_out else [None]
+        for key in keys:
+            local = project.stage_out(method.name, dep, key)
+            if not local.is_dir():
+                raise SystemExit(f"{method.name}.{dep}: {local} is missing; run without --only")
+            store.upload_dir(local, store.path(method.name, dep, key))
+    if needed:
+        say(f"{method.name}: uploaded inputs {', '.join(sorted(needed))} to {data_root}")

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from flows.runtime import pipeline
 from flows.runtime.dag import Method, Stage
 from flows.runtime.dvc_bridge import DvcBridge, stage_addr
 from flows.runtime.project import Project, set_offline_env
+from flows.runtime.scaleout import ScaleOut
 
 
 @dataclass(frozen=True)
@@ -162,25 +163,37 @@ def current_metrics(project: Project, method: Method, params: dict[str, Any]) ->
 
 def run(method_names: list[str], profile: str | None = None, selection: Selection = Selection(),
         overrides: dict[str, Any] | None = None, executor: str | None = None,
-        ray_address: str | None = None, project: Project | None = None) -> list[Outcome]:
+        ray_address: str | None = None, project: Project | None = None,
+        data_root: str | None = None, dvc_remote: str | None = None) -> list[Outcome]:
+    """``ray_address``, ``data_root`` and ``dvc_remote`` override the ``REPRO_*`` environment
+    (see ``scaleout``)."""
     from flows.runtime import registry
 
     project = project or Project.find()
     set_offline_env(project)
     settings = project.settings()
+    scale = ScaleOut.from_env(ray_address=ray_address, data_root=data_root, dvc_remote=dvc_remote)
     profile = profile or settings["profile"]
-    executor = executor or ("ray" if ray_address else settings["executor"])
+    if scale.ray_address and executor == "threads":
+        if ray_address:
+            raise SystemExit("--executor threads contradicts --ray-address")
+        scale = replace(scale, ray_address=None)  # an explicit --executor threads wins over the env
+    executor = executor or ("ray" if scale.ray_address else settings["executor"])
     methods = [registry.get(name) for name in method_names]
     docs = {m.name: prepare(project, m, profile, overrides or {}) for m in methods}
 
     bridge = DvcBridge(project.root)
     outcomes, failures = [], []
     try:
+        if scale.dvc_remote:
+            from flows.runtime.dvc_bridge import configure_remote
+
+            configure_remote(bridge, scale.dvc_remote)
         for method in methods:  # one method failing does not stop the others
             prune_fanout_leftovers(project, method, docs[method.name])
             plan = plan_method(project, bridge, method, profile, docs[method.name], selection)
             try:
-                outcomes.append(execute(project, bridge, plan, executor, ray_address))
+                outcomes.append(execute(project, bridge, plan, executor, scale))
             except StageFailure as failure:
                 if len(methods) == 1:
                     raise
@@ -204,20 +217,42 @@ def report_plan(plan: Plan) -> None:
 
 
 def execute(project: Project, bridge: DvcBridge, plan: Plan, executor: str,
-            ray_address: str | None) -> Outcome:
+            scale: ScaleOut = ScaleOut()) -> Outcome:
     report_plan(plan)
     outcome = Outcome(plan.method.name, restored=plan.restored, up_to_date=plan.up_to_date)
     if not plan.run:
         say(f"{plan.method.name}: nothing to run; executed 0 stages")
+        if plan.restored:
+            push_results(project, bridge, plan.method, scale)
         return outcome
     from flows.runtime.prefect_flow import run_flow  # imports prefect: only when work exists
 
-    run_flow(project, bridge, plan, outcome, executor, ray_address)
+    try:
+        run_flow(project, bridge, plan, outcome, executor, scale)
+    finally:
+        if outcome.executed or plan.restored:  # what finished is shared even if others failed
+            push_results(project, bridge, plan.method, scale)
     if outcome.failed:
         raise StageFailure(outcome)
     say(f"{plan.method.name}: executed {len(outcome.executed)} stage(s) "
         f"(MLflow run {outcome.parent_run_id})")
     return outcome
+
+
+def push_results(project: Project, bridge: DvcBridge, method: Method, scale: ScaleOut) -> None:
+    """With a DVC remote: ``dvc push --run-cache`` the method's recorded outputs. A failed push
+    does not undo the run (everything is recorded locally); it says how to retry."""
+    if not scale.dvc_remote:
+        return
+    from flows.runtime.dvc_bridge import push
+
+    try:
+        pushed = push(bridge, project.pipeline_file(method.name))
+    except Exception as err:  # noqa: BLE001 - the run itself succeeded
+        say(f"{method.name}: dvc push to {scale.dvc_remote} FAILED ({type(err).__name__}: {err}); "
+            "results are recorded locally; retry with `dvc push --run-cache -r repro`")
+        return
+    say(f"{method.name}: pushed {pushed} file(s) and the run-cache to {scale.dvc_remote}")
 
 
 class StageFailure(RuntimeError):

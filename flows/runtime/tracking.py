@@ -51,6 +51,9 @@ class Tracker:
         found = self.client.get_experiment_by_name(method)
         if found is not None:
             return found.experiment_id
+        if self.project.tracking_uri.startswith(("http://", "https://", "databricks")):
+            # a tracking server stores artifacts where it was told (--artifacts-destination)
+            return self.client.create_experiment(method)
         return self.client.create_experiment(
             method, artifact_location=f"{self.project.artifact_root}/{method}")
 
@@ -79,7 +82,8 @@ class Tracker:
             run_name=child_run_name(record.method, record.stage, params.get("item"), profile),
             tags={"mlflow.parentRunId": parent_id, "method": record.method, "stage": record.stage,
                   "item": record.item_key or "", "profile": profile,
-                  "dvc.stage_hash": dvc_info.get("stage_hash") or ""})
+                  "dvc.stage_hash": dvc_info.get("stage_hash") or "",
+                  **{f"node.{k}": v for k, v in record.node.items()}})
         run_id = run.info.run_id
         self._log_params(run_id, params)
         metrics = [Metric(mlflow_key(name), value, int(ts * 1000), step or 0)
