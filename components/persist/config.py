@@ -1,0 +1,161 @@
+"""Params of the persist reproduction. Defaults are the ``small`` profile (CPU scale).
+
+Paper values ([3P] = from a third-party read of the paper, see CLAIMS.md) are noted beside the
+CPU-scale ones. Only sizes and backends differ between profiles; the stage code is the same.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar, Literal
+
+from components.common.config import MethodConfig, Section
+
+
+class World(Section):
+    backend: Literal["numpy_voxel", "craftium"] = "numpy_voxel"
+    size: int = 48                  # world is size x size x height voxels
+    height: int = 16
+    crop: int = 16                  # agent-centred world frame: crop x crop x height (paper 48^3)
+    stride: int = 4                 # latent stride of the 3D VAE (paper 48 -> 12)
+    n_train_worlds: int = 24
+    n_eval_worlds: int = 6          # held out: never seen in training
+    n_trees: int = 28
+    n_pillars: int = 22             # landmark pillars: revisits carry distinctive content
+    water: bool = True
+    frame: int = 32                 # frames are frame x frame RGB (paper 360x640)
+    fov_deg: float = 70.0
+    yaw_step_deg: float = 15.0      # one yaw action; a full spin is 360 / yaw_step_deg steps
+    world_seed: int = 1000          # world i uses world_seed + i; eval worlds follow the train ones
+
+
+class Rollout(Section):
+    episodes_per_world: int = 6
+    steps: int = 48                 # actions per training episode
+    policy_mix: dict[str, float] = {"free": 0.5, "lookaround": 0.25, "orbit": 0.25}
+    eval_lookaround_episodes: int = 6    # spin 360 deg in place, return, spin again
+    eval_free_episodes: int = 3
+    eval_free_steps: int = 128
+    eval_uniform_episodes: int = 2       # control: the spin in a flat all-grass world
+    seed: int = 0
+
+
+class Vae3d(Section):
+    """3D conv autoencoder over one-hot voxel crops, cross-entropy on the labels (paper:
+    TRELLIS-style 3D-ResNet, 48^3 x 2138 classes -> 12^3 x 48, 138M params)."""
+    latent_channels: int = 8
+    width: int = 16
+    steps: int = 250
+    batch_size: int = 16
+    lr: float = 2e-3
+    seed: int = 0
+
+
+class WorldModel(Section):
+    """W_theta: transformer over latent voxel tokens with absolute XYZ embeddings, AdaLN for
+    action/camera/noise level, cross-attention to patch tokens (+ Plücker rays) of the latest
+    frame; rectified flow with diffusion forcing (paper: DiT, 686M, K=8, 20 steps)."""
+    d_model: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    patch: int = 4
+    context: int = 1                # past world frames given to W (paper K=8)
+    p_drop_history: float = 0.15    # learn o_0 -> w_0 (single-image 3D init); paper: supported
+    frame_noise: float = 0.1        # cross-component noise on O when training W (paper 10 %)
+    ctx_noise_max: float = 0.3      # diffusion forcing: context noise level ~ U(0, max) in training
+    tau_ctx: float = 0.02           # context noise level at inference (paper 0.02)
+    steps: int = 500
+    batch_size: int = 32
+    lr: float = 1e-3
+    recentre_by_camera: bool = True  # CPU-scale shortcut: roll w by the integer crop shift
+
+
+class CameraModel(Section):
+    """C_theta: residual camera dynamics from past cameras, actions and the inner latent
+    (paper: 1D causal transformer, K_C=8, 234M)."""
+    context: int = 4
+    hidden: int = 128
+    steps: int = 400
+    batch_size: int = 64
+    lr: float = 2e-3
+
+
+class PixelModel(Section):
+    """P_theta (deferred shader) and the pixel-history baseline: one U-Net rectified-flow
+    denoiser in pixel space at 32x32 (no 2D VAE at this size; paper: causal DiT, 460M).
+    ``persist`` conditions on w_2D (l layers x (classes + depth)) and the last 2 frames;
+    ``baseline`` (Oasis-like) on the last ``baseline_context`` frames, same backbone and steps."""
+    variants: list[str] = ["persist", "baseline"]
+    layers: int = 2                 # depth-peeled layers of w_2D
+    persist_context: int = 2        # frames of pixel history given to P_theta
+    baseline_context: int = 8       # K_P of the pixel-history baseline
+    width: int = 16
+    world_noise: float = 0.1        # cross-component noise on W when training P (paper 10 %)
+    ctx_noise_max: float = 0.3
+    tau_ctx: float = 0.1            # paper 0.1
+    steps: int = 500
+    batch_size: int = 16
+    lr: float = 1e-3
+
+
+class Evaluate(Section):
+    rf_steps: int = 6               # Euler steps of the sampler (paper 20)
+    eta: float = 3.0                # tau_k = eta k / (1 + (eta - 1) k) (paper 3)
+    horizons: list[int] = [8, 32, 64, 128]
+    variants: list[str] = ["persist", "persist_w0", "oracle", "baseline", "copy_first"]
+    edit_episodes: int = 6
+
+
+class Paper(Section):
+    """paper profile: Craftium/Luanti rollouts and GPU training; nothing is downloaded."""
+    enabled: bool = False
+    data_root: str = ""             # Craftium trajectories (frames, actions, cameras, 48^3 voxels)
+
+
+class PersistConfig(MethodConfig):
+    seeds: list[int] = [0, 1, 2]
+    world: World = World()
+    rollout: Rollout = Rollout()
+    vae3d: Vae3d = Vae3d()
+    world_model: WorldModel = WorldModel()
+    camera_model: CameraModel = CameraModel()
+    pixel_model: PixelModel = PixelModel()
+    evaluate: Evaluate = Evaluate()
+    paper: Paper = Paper()
+
+    SMOKE: ClassVar[dict] = {
+        "seeds": [0],
+        "world": {"size": 24, "height": 12, "crop": 12, "n_train_worlds": 3, "n_eval_worlds": 1,
+                  "n_trees": 6, "n_pillars": 6, "frame": 16, "yaw_step_deg": 90.0},
+        "rollout": {"episodes_per_world": 3, "steps": 12, "eval_lookaround_episodes": 2,
+                    "eval_free_episodes": 2, "eval_free_steps": 8, "eval_uniform_episodes": 1},
+        "vae3d": {"steps": 20, "width": 8},
+        "world_model": {"steps": 20, "d_model": 32, "n_layers": 1, "batch_size": 8},
+        "camera_model": {"steps": 20, "hidden": 32},
+        "pixel_model": {"steps": 20, "width": 8, "batch_size": 8},
+        "evaluate": {"rf_steps": 2, "horizons": [2, 4, 8], "edit_episodes": 2},
+    }
+    PAPER: ClassVar[dict] = {
+        "world": {"backend": "craftium", "crop": 48, "frame": 360, "height": 48},
+        "vae3d": {"latent_channels": 48, "width": 128, "steps": 200_000, "batch_size": 64},
+        "world_model": {"d_model": 1152, "n_layers": 28, "n_heads": 16, "context": 8,
+                        "steps": 300_000, "batch_size": 64, "lr": 1e-4},
+        "camera_model": {"context": 8, "steps": 100_000, "batch_size": 256, "lr": 1e-4},
+        "pixel_model": {"persist_context": 16, "baseline_context": 16, "steps": 300_000, "width": 256,
+                        "batch_size": 64, "lr": 1e-4},
+        "evaluate": {"rf_steps": 20},
+        "paper": {"enabled": True},
+    }
+
+    def preflight(self) -> None:
+        if not self.paper.enabled:
+            return
+        root = self.paper.data_root
+        if not root or not Path(root).exists():
+            raise FileNotFoundError(
+                f"persist paper profile: paper.data_root = {root!r} does not exist; set "
+                "paper.data_root to a local folder of Craftium/Luanti rollouts (frames, actions, "
+                "cameras, 48^3 voxel labels). The craftium env and renderer backends are not part "
+                "of this CPU reproduction; nothing is downloaded at run time.")
+        raise NotImplementedError(
+            "persist paper profile: the craftium env backend (world.backend='craftium') and the "
+            "rasterise+depth-peel renderer are not implemented here; only numpy_voxel runs")

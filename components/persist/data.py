@@ -1,0 +1,185 @@
+"""Stages gen_worlds and rollout_env: procedural voxel worlds and agent rollouts with
+frames, depth, class maps, cameras and agent-centred voxel crops from the ray caster."""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+
+from components.common.io import read_bytes, write_bytes_atomic, write_json_atomic, write_table
+from components.common.seeds import seed_everything
+from components.persist.raycast import render_views
+from components.persist.world import (BACK, BREAK, FORWARD, LEFT, NOOP, PITCH_DOWN, PITCH_UP,
+                                      PLACE, RIGHT, YAW_LEFT, YAW_RIGHT, EnvSpec, camera_vector,
+                                      crop_origin, extract_crop, generate_world, spawn, step_agent)
+
+POLICIES = ("free", "lookaround", "orbit")
+
+
+def env_spec(world) -> EnvSpec:
+    return EnvSpec(size=world.size, height=world.height, crop=world.crop, stride=world.stride,
+                   fov_deg=world.fov_deg, yaw_step_deg=world.yaw_step_deg)
+
+
+def spin_steps(world) -> int:
+    """Yaw actions in one full turn."""
+    return int(round(360 / world.yaw_step_deg))
+
+
+def save_npz(path, **arrays) -> None:
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **arrays)
+    write_bytes_atomic(path, buf.getvalue())
+
+
+def load_npz(path) -> dict[str, np.ndarray]:
+    with np.load(io.BytesIO(read_bytes(path))) as z:
+        return {k: z[k] for k in z.files}
+
+
+# ---------------------------------------------------------------------------------- worlds
+def gen_worlds_stage(cfg, ctx) -> None:
+    w = cfg.world
+    if w.backend != "numpy_voxel":
+        raise NotImplementedError(f"world.backend={w.backend!r}: only numpy_voxel runs here")
+    spec = env_spec(w)
+    n_tot = w.n_train_worlds + w.n_eval_worlds
+    worlds = np.stack([generate_world(spec, w.world_seed + i, w.n_trees, w.n_pillars, w.water)
+                       for i in range(n_tot)])
+    uniform = generate_world(spec, 0, 0, 0, uniform=True)[None]
+    save_npz(ctx.out_dir / "worlds.npz", train=worlds[:w.n_train_worlds],
+             eval=worlds[w.n_train_worlds:], uniform=uniform)
+    counts = np.bincount(worlds.ravel(), minlength=11) / worlds.size
+    ctx.write_metrics({"n_train_worlds": w.n_train_worlds, "n_eval_worlds": w.n_eval_worlds,
+                       "landmark_fraction": float(counts[8:].sum()),
+                       "solid_fraction": float(1 - counts[0])})
+
+
+# ---------------------------------------------------------------------------------- policies
+def policy_actions(kind: str, steps: int, rng: np.random.Generator, spin_steps: int = 24) -> list[int]:
+    """Open-loop action sequences for the behaviour policies."""
+    if kind == "free":
+        choices = [FORWARD, FORWARD, FORWARD, BACK, LEFT, RIGHT, YAW_LEFT, YAW_LEFT, YAW_RIGHT,
+                   YAW_RIGHT, PITCH_UP, PITCH_DOWN, NOOP, PLACE, BREAK]
+        out: list[int] = []
+        while len(out) < steps:
+            a = int(rng.choice(choices))
+            out += [a] * (1 if a in (PLACE, BREAK) else int(rng.integers(1, 5)))
+        return out[:steps]
+    if kind == "lookaround":
+        # full spins in place (24 x 15 deg), sometimes tilting the view between spins
+        turn = YAW_LEFT if rng.random() < 0.5 else YAW_RIGHT
+        out = []
+        while len(out) < steps:
+            out += [turn] * spin_steps
+            if rng.random() < 0.3:
+                out += [PITCH_UP if rng.random() < 0.5 else PITCH_DOWN]
+        return out[:steps]
+    if kind == "orbit":
+        # strafe while turning the other way: circles a point in front of the agent
+        strafe, turn = (RIGHT, YAW_LEFT) if rng.random() < 0.5 else (LEFT, YAW_RIGHT)
+        return [strafe if i % 2 == 0 else turn for i in range(steps)]
+    if kind == "spin_eval":
+        return [YAW_LEFT] * steps
+    raise ValueError(f"unknown policy {kind!r}")
+
+
+def run_episode(vox: np.ndarray, spec: EnvSpec, actions: list[int], hw: tuple[int, int],
+                rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Roll out open-loop ``actions``; observation t follows action t (action 0 is a noop)."""
+    vox = vox.copy()
+    agent = spawn(vox, spec, rng)
+    agents, crops, origins, cams = [], [], [], []
+    frames: list[dict] = []
+    pending: list = []
+
+    def flush():
+        if pending:
+            frames.append(render_views(vox, pending, spec, hw))
+            pending.clear()
+
+    def observe():
+        origin = crop_origin(agent, spec)
+        agents.append(agent.copy())
+        pending.append(agent.copy())
+        origins.append(origin)
+        crops.append(extract_crop(vox, origin, spec))
+        cams.append(camera_vector(agent, origin, spec))
+
+    observe()
+    for a in actions:
+        if a in (PLACE, BREAK):
+            flush()  # the world is about to change: render what came before with the old one
+        step_agent(vox, spec, agent, a)
+        observe()
+    flush()
+    views = {k: np.concatenate([f[k] for f in frames]) for k in frames[0]}
+    return {
+        "frames": np.round(views["rgb"] * 255).astype(np.uint8),
+        "cls": views["cls"],
+        "depth": views["depth"].astype(np.float16),
+        "cells": views["cell"].astype(np.int16),
+        "cams": np.stack(cams),
+        "origins": np.stack(origins).astype(np.int16),
+        "actions": np.array([NOOP] + list(actions), dtype=np.int8),
+        "crops": np.stack(crops),
+        "yaw_pitch": np.array([[g.yaw, g.pitch] for g in agents], dtype=np.float32),
+    }
+
+
+def rollout_set(worlds: np.ndarray, spec: EnvSpec, plan: list[tuple[int, str, int]],
+                hw: tuple[int, int], rng: np.random.Generator, ctx=None, keep_cells: bool = False,
+                spin: int = 24) -> dict[str, np.ndarray]:
+    """``plan`` = [(world index, policy, steps)]; every episode of a set has the same length."""
+    eps = []
+    for i, (w, kind, steps) in enumerate(plan):
+        ep = run_episode(worlds[w], spec, policy_actions(kind, steps, rng, spin), hw, rng)
+        if not keep_cells:
+            ep.pop("cells")
+        eps.append(ep)
+        if ctx is not None and (i + 1) % 10 == 0:
+            ctx.progress(i + 1, len(plan), "episodes")
+    out = {k: np.stack([e[k] for e in eps]) for k in eps[0]}
+    out["world"] = np.array([p[0] for p in plan], dtype=np.int16)
+    out["policy"] = np.array([p[1] for p in plan])
+    return out
+
+
+def rollout_env_stage(cfg, ctx) -> None:
+    w, r = cfg.world, cfg.rollout
+    spec = env_spec(w)
+    hw = (w.frame, w.frame)
+    worlds = load_npz(ctx.inputs["gen_worlds"] / "worlds.npz")
+    rng = seed_everything(r.seed)
+    kinds, probs = zip(*r.policy_mix.items())
+    probs = np.array(probs) / sum(probs)
+    plan = [(wi, str(rng.choice(kinds, p=probs)), r.steps)
+            for wi in range(len(worlds["train"])) for _ in range(r.episodes_per_world)]
+    spin = spin_steps(w)
+    train = rollout_set(worlds["train"], spec, plan, hw, rng, ctx, spin=spin)
+    save_npz(ctx.out_dir / "train.npz", **train)
+    n_eval = len(worlds["eval"])
+    look = rollout_set(worlds["eval"], spec,
+                       [(i % n_eval, "spin_eval", 2 * spin) for i in range(r.eval_lookaround_episodes)],
+                       hw, rng, keep_cells=True, spin=spin)
+    free = rollout_set(worlds["eval"], spec,
+                       [(i % n_eval, "free", r.eval_free_steps) for i in range(r.eval_free_episodes)],
+                       hw, rng, keep_cells=True)
+    uniform = rollout_set(worlds["uniform"], spec, [(0, "spin_eval", 2 * spin)] * r.eval_uniform_episodes,
+                          hw, rng, keep_cells=True, spin=spin)
+    save_npz(ctx.out_dir / "eval_lookaround.npz", **look)
+    save_npz(ctx.out_dir / "eval_free.npz", **free)
+    save_npz(ctx.out_dir / "eval_uniform.npz", **uniform)
+    write_table(ctx.out_dir / "episodes.parquet", {
+        "split": ["train"] * len(plan), "world": [p[0] for p in plan],
+        "policy": [p[1] for p in plan], "steps": [p[2] for p in plan]})
+    # the spin returns exactly to the start pose: a check on the env, not on a model
+    ret = float(np.abs(look["cams"][:, spin] - look["cams"][:, 0]).max())
+    write_json_atomic(ctx.out_dir / "summary.json", {"spin_return_cam_err": ret})
+    ctx.write_metrics({
+        "n_train_episodes": len(plan), "n_train_frames": int(train["frames"].shape[0] * train["frames"].shape[1]),
+        "spin_return_cam_err": ret,
+        "sky_fraction": float((train["cls"] == 0).mean()),
+        "landmark_pixel_fraction": float((train["cls"] >= 8).mean()),
+        "crop_shifts_per_episode": float((np.abs(np.diff(train["origins"], axis=1)).sum(-1) > 0).sum(1).mean()),
+    })

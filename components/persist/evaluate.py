@@ -1,0 +1,450 @@
+"""Stage rollout_eval: compose the separately trained modules at inference on held-out worlds
+and score them with the ground truth the synthetic world provides.
+
+Variants (all from the same eval episodes and action sequences):
+- ``persist``: w_0 inferred by W from the single observed frame o_0 and c_0 (no GT 3D); the
+  camera is predicted by C; frames by P from the projection of the decoded world frame.
+- ``persist_w0``: the same, started from the encoded ground-truth w_0 (the paper's +w0).
+- ``oracle``: ground-truth world frames and cameras every step; only P generates (upper bound).
+- ``baseline``: the pixel-history model (Oasis-like), same backbone and budget as P.
+- ``copy_first``: repeats o_0 (a static generator; lower bound that games RC-self).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from components.common.io import load_torch, write_table
+from components.common.seeds import seed_everything
+from components.persist.data import env_spec, load_npz, save_npz, spin_steps
+from components.persist.models import (CameraModel, noise_context, plucker, rf_sample, to_unit,
+                                       w2d_features)
+from components.persist.raycast import pixel_rays, project, render_views
+from components.persist.train import (build_pixel_model, build_world_model, camera_inputs,
+                                      cam_in_crop, decode_latents, encode_crops, inner_latent,
+                                      load_vae, pixel_cond, pixel_context_len, shift_latent)
+from components.persist.world import (AIR, EYE_HEIGHT, LANDMARKS, N_CLASSES, NOOP, PALETTE, Agent,
+                                      camera_basis, camera_from_vector, crop_shift, feet_local,
+                                      surface_z, yaw_pitch_from_vector)
+
+
+# ----------------------------------------------------------------------------- pixel -> class
+class PixelClassifier:
+    """Maps an RGB pixel to a voxel class: 5-NN on (RGB, class) pairs of ground-truth training
+    frames (the shaded palette with texture and fog), tabulated on a 32^3 RGB grid so that
+    classifying millions of generated pixels is a lookup."""
+
+    BINS = 32
+
+    def __init__(self, frames: np.ndarray, cls: np.ndarray, n: int = 20000, seed: int = 0):
+        from sklearn.neighbors import KNeighborsClassifier
+
+        rng = np.random.default_rng(seed)
+        x = frames.reshape(-1, 3).astype(np.float32) / 255
+        y = cls.reshape(-1)
+        pick = rng.choice(len(x), min(n, len(x)), replace=False)
+        knn = KNeighborsClassifier(5).fit(x[pick], y[pick])
+        g = (np.arange(self.BINS) + 0.5) / self.BINS
+        grid = np.stack(np.meshgrid(g, g, g, indexing="ij"), -1).reshape(-1, 3)
+        self.table = knn.predict(grid).astype(np.uint8).reshape(self.BINS, self.BINS, self.BINS)
+
+    def __call__(self, rgb01: np.ndarray) -> np.ndarray:
+        q = np.clip((np.asarray(rgb01) * self.BINS).astype(np.int64), 0, self.BINS - 1)
+        return self.table[q[..., 0], q[..., 1], q[..., 2]]
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per-image PSNR (dB) of [0, 1] images (..., H, W, 3)."""
+    mse = ((a - b) ** 2).mean(axis=(-1, -2, -3))
+    return 10 * np.log10(1.0 / np.maximum(mse, 1e-10))
+
+
+# ----------------------------------------------------------------------------- models
+class Models:
+    def __init__(self, cfg, ctx, seed: int):
+        self.cfg = cfg
+        self.spec = env_spec(cfg.world)
+        self.vae = load_vae(ctx.inputs["train_vae3d"] / "vae3d.pt")
+        lat = load_npz(ctx.inputs["encode_latents"] / "latents.npz")
+        self.mean, self.std = torch.as_tensor(lat["mean"]), torch.as_tensor(lat["std"])
+        ck = load_torch(ctx.inputs["train_world_model"][str(seed)] / "world.pt")
+        self.world = build_world_model(cfg.world_model, ck["latent_channels"], ck["grid"], ck["frame"])
+        self.world.load_state_dict(ck["state"])
+        self.world.eval()
+        ck = load_torch(ctx.inputs["train_camera_model"][str(seed)] / "camera.pt")
+        self.camera = CameraModel(ck["context"], ck["latent_dim"], ck["hidden"])
+        self.camera.load_state_dict(ck["state"])
+        self.camera.eval()
+        self.cam_scale = ck["scale"]
+        self.pixel = {}
+        for variant in ("persist", "baseline"):
+            ck = load_torch(ctx.inputs["train_pixel_model"][f"{variant}-{seed}"] / "pixel.pt")
+            m = build_pixel_model(cfg.pixel_model, variant)
+            m.load_state_dict(ck["state"])
+            self.pixel[variant] = m.eval()
+
+    def normalise(self, z):
+        return (torch.as_tensor(z) - self.mean) / self.std
+
+    def labels(self, zn: torch.Tensor) -> np.ndarray:
+        return decode_latents(self.vae, zn * self.std + self.mean)
+
+
+# ----------------------------------------------------------------------------- rollouts
+def _step_camera(models: Models, cam_hist: np.ndarray, act_hist: np.ndarray, w: torch.Tensor):
+    """Predict c_t from C; returns the new camera in the *new* crop and the crop shift."""
+    spec = models.spec
+    with torch.no_grad():
+        delta = (models.camera(*camera_inputs(cam_hist, act_hist, w)) * models.cam_scale).numpy()
+    prev = cam_hist[:, -1]
+    new = prev.copy()
+    new[:, :3] += delta[:, :3]
+    for b in range(len(prev)):
+        yaw, pitch = yaw_pitch_from_vector(prev[b])
+        yaw, pitch = yaw + delta[b, 4], float(np.clip(pitch + delta[b, 3], -1.2, 1.2))
+        f, _, u = camera_basis(yaw, pitch)
+        new[b, 3:6], new[b, 6:9] = f, u
+    new[:, 9] = prev[:, 9] + delta[:, 5]
+    shift = crop_shift(feet_local(prev, spec), feet_local(new, spec), spec)
+    new[:, :3] -= shift
+    return new.astype(np.float32), shift
+
+
+def _sample_world(models: Models, w_prev, valid, action, cam_prev, cam_now, frame, mode, gen):
+    wm, ev = models.cfg.world_model, models.cfg.evaluate
+    b = frame.shape[0]
+    ctx_tau = torch.full((b,), wm.tau_ctx) * (1 - mode)
+    w_ctx = noise_context(w_prev, ctx_tau) * valid.repeat_interleave(w_prev.shape[1] // valid.shape[1], 1)
+    pl = torch.as_tensor(plucker(cam_prev, frame.shape[-2:], wm.patch))
+    shape = (b, models.world.out.out_features, *models.world.grid)
+    with torch.no_grad():
+        return rf_sample(lambda x, tau: models.world(x, tau, w_ctx, valid, action, torch.as_tensor(cam_prev),
+                                                     torch.as_tensor(cam_now), frame, pl, ctx_tau, mode),
+                         shape, ev.rf_steps, ev.eta, gen)
+
+
+def _sample_frame(models: Models, variant: str, w2d, history: list[torch.Tensor], acts: np.ndarray, gen):
+    pm, ev = models.cfg.pixel_model, models.cfg.evaluate
+    k = pixel_context_len(pm, variant)
+    hist = [history[0]] * max(0, k - len(history)) + history[-k:]
+    ctx_frames = torch.stack(hist, 1)
+    b = ctx_frames.shape[0]
+    cond = pixel_cond(w2d, ctx_frames, torch.full((b, k), pm.tau_ctx))
+    a = torch.as_tensor(acts[:, -k:], dtype=torch.int64)
+    model = models.pixel[variant]
+    with torch.no_grad():
+        x = rf_sample(lambda x, tau: model(x, tau, cond, a), (b, 3, *ctx_frames.shape[-2:]),
+                      ev.rf_steps, ev.eta, gen)
+    return x.clamp(-1, 1)
+
+
+def project_world(models: Models, labels: np.ndarray, cams: np.ndarray) -> torch.Tensor:
+    pm = models.cfg.pixel_model
+    pr = project(labels, cams, (models.cfg.world.frame,) * 2, pm.layers, models.spec.view_distance)
+    return w2d_features(torch.as_tensor(pr["cls"]), torch.as_tensor(pr["depth"]), models.spec.view_distance)
+
+
+def rollout(models: Models, ep: dict, variant: str, n_steps: int, seed: int,
+            edit=None) -> dict[str, np.ndarray]:
+    """Generate ``n_steps`` frames after the observed o_0 for a batch of episodes."""
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    b = len(ep["frames"])
+    o0 = to_unit(ep["frames"][:, 0])
+    frames = [o0]
+    actions = ep["actions"].astype(np.int64)
+    pm = models.cfg.pixel_model
+    k_pix = pixel_context_len(pm, "persist" if variant != "baseline" else "baseline")
+    out_labels, out_cams = [], []
+    if variant == "copy_first":
+        gen_frames = np.repeat(ep["frames"][:, :1], n_steps + 1, axis=1)
+        return {"frames": gen_frames}
+    if variant == "baseline":
+        for t in range(1, n_steps + 1):
+            acts = np.stack([actions[:, max(t - j + 1, 0)] if t - j + 1 >= 1 else np.full(b, NOOP)
+                             for j in range(k_pix, 0, -1)], 1)
+            frames.append(_sample_frame(models, "baseline", None, frames, acts, gen))
+        return {"frames": _to_u8(frames)}
+    k_c = models.camera.context
+    cam = ep["cams"][:, 0].copy()
+    cam_hist = np.repeat(cam[:, None], k_c, axis=1)
+    act_hist = np.full((b, k_c), NOOP, dtype=np.int64)
+    zero_w = torch.zeros(b, models.world.out.out_features, *models.world.grid)
+    if variant == "persist":
+        w = _sample_world(models, zero_w.repeat(1, models.world.context, 1, 1, 1),
+                          torch.zeros(b, models.world.context, *models.world.grid),
+                          torch.full((b,), NOOP), cam, cam, o0, torch.ones(b), gen)
+    else:
+        w = models.normalise(encode_crops(models.vae, ep["crops"][:, 0]))
+    labels = models.labels(w)
+    if edit is not None:                       # insert blocks into w_0 in 3D, re-encode
+        labels = edit(labels)
+        w = models.normalise(encode_crops(models.vae, labels))
+        labels = models.labels(w)
+    out_labels.append(labels)
+    out_cams.append(cam)
+    for t in range(1, n_steps + 1):
+        a = actions[:, t]
+        if variant == "oracle":
+            w = models.normalise(encode_crops(models.vae, ep["crops"][:, t]))
+            cam = ep["cams"][:, t]
+        else:
+            act_hist = np.concatenate([act_hist[:, 1:], a[:, None]], 1)
+            cam_new, shift = _step_camera(models, cam_hist, act_hist, w)
+            cells = shift[:, :2] // models.spec.stride
+            w_prev, valid = shift_latent(w, cells)
+            cam_prev = cam_hist[:, -1].copy()
+            cam_prev[:, :3] -= shift
+            w = _sample_world(models, w_prev, valid, torch.as_tensor(a), cam_prev, cam_new,
+                              frames[-1], torch.zeros(b), gen)
+            cam_hist = np.concatenate([cam_hist[:, 1:], cam_new[:, None]], 1)
+            cam_hist[:, :-1, :3] -= shift[:, None]
+            cam = cam_new
+        labels = models.labels(w)
+        out_labels.append(labels)
+        out_cams.append(cam)
+        acts = np.stack([actions[:, t - j + 1] if t - j + 1 >= 1 else np.full(b, NOOP)
+                         for j in range(k_pix, 0, -1)], 1)
+        frames.append(_sample_frame(models, "persist", project_world(models, labels, cam), frames, acts, gen))
+    return {"frames": _to_u8(frames), "labels": np.stack(out_labels, 1), "cams": np.stack(out_cams, 1)}
+
+
+def _to_u8(frames: list[torch.Tensor]) -> np.ndarray:
+    x = torch.stack(frames, 1).movedim(2, -1)
+    return ((x.numpy() + 1) * 127.5).round().clip(0, 255).astype(np.uint8)
+
+
+# ----------------------------------------------------------------------------- metrics
+def class_acc(pred: np.ndarray, gt: np.ndarray, mask: np.ndarray | None = None) -> float:
+    ok = pred == gt
+    return float(ok[mask].mean()) if mask is not None else float(ok.mean())
+
+
+def warp_error(gen: np.ndarray, ep: dict, spec, steps: int) -> float:
+    """L1 between generated frame t and generated frame t-1 warped to t with the GT relative
+    pose and GT depth, over co-visible static pixels (mean over t = 1..steps)."""
+    b, _, h, w, _ = gen.shape
+    g = gen.astype(np.float32) / 255
+    errs = []
+    centre = np.array([spec.crop / 2, spec.crop / 2, spec.height / 2])
+    for t in range(1, steps + 1):
+        for i in range(b):
+            e1, f1, r1, u1, fov = camera_from_vector(ep["cams"][i, t].astype(np.float64))
+            e0, f0, r0, u0, _ = camera_from_vector(ep["cams"][i, t - 1].astype(np.float64))
+            e1 = e1 + centre + ep["origins"][i, t]
+            e0 = e0 + centre + ep["origins"][i, t - 1]
+            d1 = ep["depth"][i, t].astype(np.float64)
+            pts = e1 + d1[..., None] * pixel_rays(f1, r1, u1, fov, (h, w))
+            v = pts - e0
+            z = v @ f0
+            tan = np.tan(fov / 2)
+            x = (v @ r0) / np.maximum(z, 1e-6) / tan
+            y = (v @ u0) / np.maximum(z, 1e-6) / tan
+            col = np.floor((x + 1) / 2 * w).astype(int)
+            row = np.floor((1 - y) / 2 * h).astype(int)
+            ok = (d1 > 0) & (z > 0.1) & (col >= 0) & (col < w) & (row >= 0) & (row < h)
+            rr, cc = np.clip(row, 0, h - 1), np.clip(col, 0, w - 1)
+            d0 = ep["depth"][i, t - 1].astype(np.float64)[rr, cc]
+            ok &= (np.abs(d0 - z) < 0.25) & (ep["cls"][i, t - 1][rr, cc] == ep["cls"][i, t])
+            if ok.sum() > 0:
+                errs.append(float(np.abs(g[i, t][ok] - g[i, t - 1][rr[ok], cc[ok]]).mean()))
+    return float(np.mean(errs)) if errs else float("nan")
+
+
+def js_divergence(p: np.ndarray, q: np.ndarray) -> float:
+    p, q = p / p.sum(), q / q.sum()
+    m = (p + q) / 2
+
+    def kl(a, b):
+        nz = a > 0
+        return float((a[nz] * np.log(a[nz] / b[nz])).sum())
+    return 0.5 * kl(p, m) + 0.5 * kl(q, m)
+
+
+def visible_voxel_acc(labels: np.ndarray, ep: dict, t: int) -> float:
+    """Decoded w_t vs the GT crop on the voxels seen (first hits) in GT frames 0..t."""
+    accs = []
+    for i in range(len(labels)):
+        cells = ep["cells"][i, :t + 1].reshape(-1, 3).astype(np.int64)
+        cells = cells[(cells >= 0).all(1)] - ep["origins"][i, t].astype(np.int64)
+        shape = np.array(labels.shape[-3:])
+        cells = cells[((cells >= 0) & (cells < shape)).all(1)]
+        if len(cells) == 0:
+            continue
+        cells = np.unique(cells, axis=0)
+        pred = labels[i][cells[:, 0], cells[:, 1], cells[:, 2]]
+        gt = ep["crops"][i, t][cells[:, 0], cells[:, 1], cells[:, 2]]
+        accs.append(float((pred == gt).mean()))
+    return float(np.mean(accs)) if accs else float("nan")
+
+
+def camera_error(cams_pred: np.ndarray, ep: dict, spec, t: int) -> float:
+    """Eye position error (voxels) of predicted vs GT camera at step t, in world coordinates.
+    Predicted cameras are relative to the predicted crop, which equals the GT crop as long as
+    the shifts agree; positions are compared after undoing both crops' offsets."""
+    return float(np.linalg.norm(cams_pred[:, t, :3] - ep["cams"][:, t, :3], axis=-1).mean())
+
+
+# ----------------------------------------------------------------------------- editing
+def make_edit(ep: dict, spec, n: int, cls_view: np.ndarray):
+    """For each of ``n`` episodes: a 1x1x3 landmark pillar on the ground 3 voxels in front of
+    the agent at t=0, in crop coordinates, using the landmark class least present in view."""
+    edits = []
+    for i in range(n):
+        cam = ep["cams"][i, 0]
+        yaw, _ = yaw_pitch_from_vector(cam)
+        feet = feet_local(cam, spec)
+        p = feet[:2] + 3.0 * np.array([np.cos(yaw), np.sin(yaw)])
+        x, y = int(p[0]), int(p[1])
+        counts = [(cls_view[i] == c).sum() for c in LANDMARKS]
+        edits.append((x, y, LANDMARKS[int(np.argmin(counts))]))
+    return edits
+
+
+def apply_edit(labels: np.ndarray, edits) -> np.ndarray:
+    out = labels.copy()
+    for i, (x, y, c) in enumerate(edits):
+        z = surface_z(out[i], x, y)
+        out[i, x, y, z:min(z + 3, out.shape[-1])] = c
+    return out
+
+
+def edit_iou(models: Models, ep: dict, worlds: np.ndarray, classify, n: int, seed: int) -> dict:
+    spec = models.spec
+    sub = {k: v[:n] for k, v in ep.items()}
+    edits = make_edit(sub, spec, n, sub["cls"][:, 0])
+    # ground truth: edit the held-out world itself (on its own surface) and render
+    gt_masks = []
+    for i, (x, y, c) in enumerate(edits):
+        vox = worlds[sub["world"][i]].copy()
+        o = sub["origins"][i, 0].astype(int)
+        wx, wy = x + o[0], y + o[1]
+        z = surface_z(vox, wx, wy)
+        vox[wx, wy, z:min(z + 3, vox.shape[-1])] = c
+        cam = sub["cams"][i, 0]
+        eye = cam[:3] + np.array([spec.crop / 2, spec.crop / 2, spec.height / 2]) + o
+        yaw, pitch = yaw_pitch_from_vector(cam)
+        view = render_views(vox, [Agent(eye - np.array([0, 0, EYE_HEIGHT]), yaw, pitch)], spec,
+                            sub["frames"].shape[2:4])
+        gt_masks.append(view["cls"][0] == c)
+    out = {}
+    for variant in ("persist", "persist_w0"):
+        gen = rollout(models, sub, variant, 0, seed, edit=lambda lab: apply_edit(lab, edits))
+        # the edited frame is generated at t = 0 from the edited world frame
+        b = len(sub["frames"])
+        labels = gen["labels"][:, 0]
+        w2d = project_world(models, labels, sub["cams"][:, 0])
+        acts = np.full((b, pixel_context_len(models.cfg.pixel_model, "persist")), NOOP)
+        o0 = to_unit(sub["frames"][:, 0])
+        frame = _sample_frame(models, "persist", w2d, [o0],
+                              acts, torch.Generator().manual_seed(seed))
+        pred = classify(((frame.movedim(1, -1).numpy() + 1) / 2))
+        ious = []
+        for i, (_, _, c) in enumerate(edits):
+            a, g = pred[i] == c, gt_masks[i]
+            if g.sum() == 0:
+                continue
+            ious.append((a & g).sum() / max((a | g).sum(), 1))
+        out[variant] = float(np.mean(ious)) if ious else float("nan")
+    return out
+
+
+# ----------------------------------------------------------------------------- stage
+def rollout_eval_stage(cfg, ctx) -> None:
+    seed = ctx.item["seed"]
+    seed_everything(seed)
+    ev = cfg.evaluate
+    models = Models(cfg, ctx, seed)
+    spec = models.spec
+    train = load_npz(ctx.inputs["rollout_env"] / "train.npz")
+    classify = PixelClassifier(train["frames"], train["cls"])
+    sets = {name: load_npz(ctx.inputs["rollout_env"] / f"eval_{name}.npz")
+            for name in ("lookaround", "free", "uniform")}
+    worlds = load_npz(ctx.inputs["gen_worlds"] / "worlds.npz")
+    rows, summary = [], {}
+    spin = spin_steps(cfg.world)
+
+    def record(variant, set_name, metric, value):
+        rows.append({"variant": variant, "set": set_name, "metric": metric, "value": float(value)})
+        summary[f"{variant}_{set_name}_{metric}"] = float(value)
+
+    gt_look = sets["lookaround"]
+    summary["classifier_ceiling_acc"] = class_acc(classify(gt_look["frames"][:, :1] / 255), gt_look["cls"][:, :1])
+    generated = {}
+    total = len(ev.variants) * 3
+    done = 0
+    for variant in ev.variants:
+        for set_name in ("lookaround", "uniform", "free"):
+            ep = sets[set_name]
+            n_steps = ep["frames"].shape[1] - 1
+            gen = rollout(models, ep, variant, n_steps, seed)
+            generated[f"{variant}_{set_name}"] = gen["frames"]
+            pred = classify(gen["frames"] / 255)
+            gt_rgb = ep["frames"] / 255
+            g01 = gen["frames"] / 255
+            if set_name in ("lookaround", "uniform"):
+                for t in (spin, 2 * spin):
+                    if t <= n_steps:
+                        record(variant, set_name, f"acc_gt_t{t}", class_acc(pred[:, t], ep["cls"][:, t]))
+                        record(variant, set_name, f"acc_nonsky_t{t}",
+                               class_acc(pred[:, t], ep["cls"][:, t], ep["cls"][:, t] != AIR))
+                        record(variant, set_name, f"psnr_gt_t{t}", psnr(g01[:, t], gt_rgb[:, t]).mean())
+                if 2 * spin <= n_steps:
+                    record(variant, set_name, "psnr_self", psnr(g01[:, 2 * spin], g01[:, spin]).mean())
+                    record(variant, set_name, "agree_self",
+                           class_acc(pred[:, 2 * spin], pred[:, spin]))
+            else:
+                for h in ev.horizons:
+                    if h <= n_steps:
+                        record(variant, set_name, f"acc_h{h}", class_acc(pred[:, h], ep["cls"][:, h]))
+                        if "labels" in gen:
+                            record(variant, set_name, f"voxel_acc_h{h}", visible_voxel_acc(gen["labels"][:, h], ep, h))
+                            record(variant, set_name, f"cam_pos_err_h{h}", camera_error(gen["cams"], ep, spec, h))
+                accs = [class_acc(pred[:, h], ep["cls"][:, h]) for h in ev.horizons if h <= n_steps]
+                if len(accs) >= 2:
+                    record(variant, set_name, "acc_ratio_last_first", accs[-1] / max(accs[0], 1e-9))
+                record(variant, set_name, "warp_l1", warp_error(gen["frames"], ep, spec, min(32, n_steps)))
+                hist_gen = np.bincount(pred[:, 1:].ravel(), minlength=N_CLASSES).astype(float)
+                hist_gt = np.bincount(ep["cls"][:, 1:].ravel(), minlength=N_CLASSES).astype(float)
+                record(variant, set_name, "class_hist_js", js_divergence(hist_gen + 1e-9, hist_gt + 1e-9))
+            done += 1
+            ctx.progress(done, total, f"{variant} {set_name}")
+    # the ground-truth frames themselves: floors of the metrics
+    ep = sets["free"]
+    record("ground_truth", "free", "warp_l1", warp_error(ep["frames"], ep, spec, min(32, ep["frames"].shape[1] - 1)))
+    ious = edit_iou(models, sets["lookaround"], worlds["eval"], classify,
+                    min(ev.edit_episodes, len(sets["lookaround"]["frames"])), seed)
+    for variant, iou in ious.items():
+        record(variant, "edit", "iou", iou)
+    write_table(ctx.out_dir / "metrics.parquet", {k: [r[k] for r in rows] for k in rows[0]})
+    save_npz(ctx.out_dir / "generated.npz", **generated)
+    _plot_spin(generated, sets["lookaround"], ctx.out_dir / "spin.png", spin)
+    ctx.log_artifact(ctx.out_dir / "spin.png")
+    ctx.write_metrics(summary)
+
+
+def _plot_spin(generated, ep, path, spin) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n_t = ep["frames"].shape[1]
+    ts = [t for t in (0, spin // 4, spin // 2, 3 * spin // 4, spin, 2 * spin) if t < n_t]
+    rows = ["ground_truth"] + [k for k in generated if k.endswith("_lookaround")]
+    fig, axes = plt.subplots(len(rows), len(ts), figsize=(1.6 * len(ts), 1.6 * len(rows)), squeeze=False)
+    for r, name in enumerate(rows):
+        frames = ep["frames"] if name == "ground_truth" else generated[name]
+        for c, t in enumerate(ts):
+            axes[r, c].imshow(frames[0, t])
+            axes[r, c].set_xticks([])
+            axes[r, c].set_yticks([])
+            if r == 0:
+                axes[r, c].set_title(f"t={t}", fontsize=8)
+        axes[r, 0].set_ylabel(name.replace("_lookaround", ""), fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+_ = (PALETTE, cam_in_crop, inner_latent)

@@ -1,0 +1,48 @@
+"""persist — "Beyond Pixel Histories: World Models with Persistent 3D State" (PERSIST, ICML 2026).
+A procedural voxel world and ray caster stand in for Luanti; W (3D latent dynamics), C (camera)
+and P (renderer-conditioned pixels) are trained separately and composed at inference, against a
+pixel-history baseline with the same backbone and budget."""
+from flows.runtime.dag import Method, Resources, Stage
+
+M = "components.persist"
+
+METHOD = Method(
+    name="persist",
+    title="World model with a persistent latent 3D scene vs pixel history",
+    paper="https://icml.cc/virtual/2026/poster/60565",
+    config=f"{M}.config:PersistConfig",
+    stages=(
+        Stage("gen_worlds", f"{M}.data:gen_worlds_stage", params=("world",),
+              description="Procedural voxel worlds: terrain, water, trees, landmark pillars"),
+        Stage("rollout_env", f"{M}.data:rollout_env_stage", params=("world", "rollout"),
+              deps=("gen_worlds",),
+              description="Agent rollouts: frames, depth, class maps, cameras, voxel crops"),
+        Stage("train_vae3d", f"{M}.train:train_vae3d_stage", params=("vae3d",),
+              deps=("rollout_env",), resources=Resources(num_cpus=1),
+              description="3D conv autoencoder of the agent-centred voxel crops (CE loss)"),
+        Stage("encode_latents", f"{M}.train:encode_latents_stage", params=("world", "pixel_model"),
+              deps=("rollout_env", "train_vae3d"),
+              description="Cached latents; teacher-forced w_2D projections of decoded GT"),
+        Stage("train_world_model", f"{M}.train:train_world_model_stage",
+              params=("world", "world_model", "seeds"), deps=("rollout_env", "encode_latents"),
+              fan_out={"seed": "seeds"}, resources=Resources(num_cpus=1),
+              description="W: rectified-flow 3D latent dynamics with diffusion forcing"),
+        Stage("train_camera_model", f"{M}.train:train_camera_model_stage",
+              params=("camera_model", "seeds"), deps=("rollout_env", "encode_latents"),
+              fan_out={"seed": "seeds"}, resources=Resources(num_cpus=1),
+              description="C: residual camera dynamics"),
+        Stage("train_pixel_model", f"{M}.train:train_pixel_model_stage",
+              params=("world", "pixel_model", "seeds"), deps=("rollout_env", "encode_latents"),
+              fan_out={"variant": "pixel_model.variants", "seed": "seeds"},
+              resources=Resources(num_cpus=1),
+              description="P (w_2D + 2 frames) and the pixel-history baseline (8 frames), same budget"),
+        Stage("rollout_eval", f"{M}.evaluate:rollout_eval_stage",
+              params=("world", "world_model", "pixel_model", "evaluate", "seeds"),
+              deps=("gen_worlds", "rollout_env", "train_vae3d", "encode_latents",
+                    "train_world_model", "train_camera_model", "train_pixel_model"),
+              fan_out={"seed": "seeds"}, resources=Resources(num_cpus=1),
+              description="Held-out worlds: spin-and-return memory, free play, editing, controls"),
+        Stage("report", f"{M}.report:report_stage", params=("world", "evaluate"), deps=("rollout_eval",),
+              description="Pass criteria of CLAIMS.md and every metric side by side"),
+    ),
+)
