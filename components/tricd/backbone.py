@@ -1,0 +1,117 @@
+"""Train the toy video LLM on the (biased) pretrain split; evaluate it as the base decoder."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from components.tricd.decode import MAX_TEXT, load_split, predict, run_pass, score
+from components.tricd.benchmark import caption
+from components.tricd.model import (CAPTION_PROMPT, ToyVLLM, answer_loss, build_vocab, caption_loss,
+                                   encode, encode_caption, trim)
+
+HELDOUT_SHARE = 0.1   # last 10% of pretrain videos: a held-out set from the biased distribution
+
+
+def make_backbone(bench, backbone) -> ToyVLLM:
+    return ToyVLLM(len(build_vocab()), bench.frames, bench.size, backbone.patch, backbone.d_model,
+                   backbone.n_layers, backbone.n_heads, MAX_TEXT)
+
+
+def load_backbone(path, bench, backbone) -> ToyVLLM:
+    from components.common.io import load_torch
+
+    model = make_backbone(bench, backbone)
+    model.load_state_dict(load_torch(path))
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model
+
+
+def heldout_start(n_videos: int) -> int:
+    return int(round(n_videos * (1 - HELDOUT_SHARE)))
+
+
+def train_backbone_stage(cfg, ctx) -> None:
+    from components.common.io import read_json, save_torch
+    from components.common.seeds import seed_everything
+    from components.common.train import fit
+
+    # One backbone for every seed: it stands in for a fixed pretrained VLLM; the seeds of the
+    # criteria vary the TriCD policy (router/gater init, REINFORCE sampling), as in the paper.
+    rng = seed_everything(cfg.backbone.seed)
+    bench_dir = ctx.inputs["build_benchmark"]
+    data = load_split(bench_dir, "pretrain")
+    cut = heldout_start(len(data.videos))
+    rows = np.flatnonzero(data.video_idx.numpy() < cut)
+    model = make_backbone(cfg.bench, cfg.backbone)
+    bb = cfg.backbone
+
+    # captioning pretraining (as VLLMs are pretrained): dense supervision of what is in the
+    # video, on the same pretrain videos; QA answers alone learn little beyond the prior here
+    programs = read_json(f"{bench_dir}/pretrain_programs.json")
+    index = {w: i for i, w in enumerate(build_vocab())}
+    captions = torch.tensor([encode_caption(caption(p), index) for p in programs[:cut]])
+    prompt = torch.tensor([encode(CAPTION_PROMPT, index, len(CAPTION_PROMPT.split()) + 1)])
+
+    def batches():
+        while True:
+            idx = torch.as_tensor(rng.choice(rows, size=bb.batch_size, replace=False))
+            vids = torch.as_tensor(rng.choice(cut, size=bb.caption_batch, replace=False))
+            yield (data.videos[data.video_idx[idx]], trim(data.text[idx]), data.target[idx],
+                   data.videos[vids], captions[vids])
+
+    def loss_fn(m, batch):
+        video, text, target, cap_video, cap = batch
+        loss = answer_loss(m(video, text)[0], target)
+        if bb.caption_weight > 0:
+            cap = cap[:, :int((cap != 0).sum(1).max())]
+            logits = m(cap_video, prompt.expand(len(cap), -1), continuation=cap)[0]
+            loss = loss + bb.caption_weight * caption_loss(logits, cap)
+        return loss
+
+    val = load_split(bench_dir, "val")
+
+    def eval_fn(m):
+        q = run_pass(m, val.videos[val.video_idx], val.text)
+        return {"val/macro": score(val.qa, predict(q.numpy(), val.tasks))["macro"]}
+
+    records = fit(model, batches(), loss_fn, steps=bb.steps, lr=bb.lr, weight_decay=bb.weight_decay,
+                  warmup=bb.warmup, ctx=ctx, log_every=max(1, bb.steps // 30), eval_fn=eval_fn,
+                  eval_every=max(1, bb.steps // 10))
+    save_torch(ctx.out_dir / "backbone.pt", model.state_dict())
+    n_params = sum(p.numel() for p in model.parameters())
+    ctx.write_metrics({"final_loss": records[-1]["train/loss"], "val_macro": records[-1]["val/macro"],
+                       "n_params": n_params, "n_train_qa": int(len(rows))})
+
+
+def eval_base_stage(cfg, ctx) -> None:
+    """Plain decoding (one pass, constrained argmax) on test, val and the biased held-out set."""
+    from components.common.io import write_json_atomic, write_table
+
+    bench_dir = ctx.inputs["build_benchmark"]
+    model = load_backbone(ctx.inputs["train_backbone"] / "backbone.pt", cfg.bench, cfg.backbone)
+    results = {}
+    for split in ("test", "val", "pretrain"):
+        data = load_split(bench_dir, split)
+        if split == "pretrain":   # only the held-out videos: the biased distribution, unseen
+            keep = (data.video_idx >= heldout_start(len(data.videos))).numpy()
+            data.qa, data.text = data.qa[keep].reset_index(drop=True), data.text[keep]
+            data.video_idx, data.target = data.video_idx[keep], data.target[keep]
+            split = "heldout_biased"
+        q = run_pass(model, data.videos[data.video_idx], data.text).numpy()
+        pred = predict(q, data.tasks)
+        results[split] = score(data.qa, pred)
+        if split == "test":
+            write_table(ctx.out_dir / "preds_base.parquet",
+                        {"qa_id": data.qa.qa_id.tolist(), "pred": pred.tolist(),
+                         "answer": data.qa.answer.tolist()})
+            # the language prior, read off the predictions: yes-rate on YN test items
+            yn = data.qa.task.str.endswith("yn").to_numpy()
+            results["test_pred_yes_rate"] = float((pred[yn] == "yes").mean())
+    write_json_atomic(ctx.out_dir / "metrics_base.json", results)
+    ctx.write_metrics({"test_macro": results["test"]["macro"], "val_macro": results["val"]["macro"],
+                       "heldout_biased_macro": results["heldout_biased"]["macro"],
+                       "test_compositional": results["test"]["compositional"],
+                       "test_isolated": results["test"]["isolated"],
+                       "test_pred_yes_rate": results["test_pred_yes_rate"]})

@@ -1,0 +1,277 @@
+"""TriCD's learned parts: the adaptive perturbation controller (router) and the saliency gater,
+trained with REINFORCE on the frozen backbone (official ``optimizer.py`` settings).
+
+Router (official ``QFormerToolRouter``): learnable queries cross-attend twice over the
+backbone's final hidden states of the video+question tokens, then twice over each tool's
+description tokens; a score head gives one logit per tool. Policy: independent
+Bernoulli(sigmoid(logit)) per tool; sampled in training, ``prob > router_threshold`` at eval.
+Gater: MLP on the mean-pooled hidden states -> mu in (0, 1); beta ~ N(mu, train_std) clamped to
+[0, 1] in training, beta = mu at eval. The log-probability of beta uses the *unclamped* sample
+(the official code's approximation, kept).
+Reward +1 / -1 for a correct / wrong calibrated answer; EMA baseline b <- m b + (1 - m) r;
+advantage r - b; loss -(log p_router + log p_gater) * advantage, accumulated over
+``grad_accum`` queries per AdamW step, gradient clip 1.0.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from components.tricd.decode import calibrate, predict, run_pass
+from components.tricd.model import build_vocab, encode
+from components.tricd.saliency import pool_to_tokens, token_weights
+from components.tricd.tools import TOOL_NAMES, TOOL_TEXT, apply_tools
+
+
+class CrossBlock(nn.Module):
+    def __init__(self, d: int, n_heads: int = 4):
+        super().__init__()
+        self.ln_q, self.ln_kv, self.ln_ff = nn.LayerNorm(d), nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn = nn.MultiheadAttention(d, n_heads, batch_first=True)
+        self.ff = nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
+
+    def forward(self, q, kv, pad_mask=None):
+        kv = self.ln_kv(kv)
+        q = q + self.attn(self.ln_q(q), kv, kv, key_padding_mask=pad_mask, need_weights=False)[0]
+        return q + self.ff(self.ln_ff(q))
+
+
+class ToolRouter(nn.Module):
+    def __init__(self, d_in: int, d: int, n_queries: int, tool_tokens: torch.Tensor,
+                 tool_pad: torch.Tensor):
+        super().__init__()
+        self.register_buffer("tool_tokens", tool_tokens)     # (n_tools, Lt, d_in), frozen
+        self.register_buffer("tool_pad", tool_pad)           # (n_tools, Lt) True = padding
+        self.in_proj = nn.Linear(d_in, d)
+        self.queries = nn.Parameter(0.02 * torch.randn(n_queries, d))
+        self.ctx_blocks = nn.ModuleList([CrossBlock(d), CrossBlock(d)])
+        self.tool_blocks = nn.ModuleList([CrossBlock(d), CrossBlock(d)])
+        self.score = nn.Linear(d, 1)
+
+    def forward(self, hidden: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
+        """(B, L, d_in), (B, L) True = padding -> tool logits (B, n_tools)."""
+        b, n_tools = hidden.shape[0], self.tool_tokens.shape[0]
+        kv = self.in_proj(hidden)
+        q = self.queries.expand(b, -1, -1)
+        for block in self.ctx_blocks:
+            q = block(q, kv, pad)
+        tools = self.in_proj(self.tool_tokens)
+        q = q.unsqueeze(1).expand(-1, n_tools, -1, -1).reshape(b * n_tools, *q.shape[1:])
+        tkv = tools.unsqueeze(0).expand(b, -1, -1, -1).reshape(b * n_tools, *tools.shape[1:])
+        tpad = self.tool_pad.unsqueeze(0).expand(b, -1, -1).reshape(b * n_tools, -1)
+        for block in self.tool_blocks:
+            q = block(q, tkv, tpad)
+        return self.score(q.mean(1)).view(b, n_tools)
+
+
+class Gater(nn.Module):
+    def __init__(self, d_in: int):
+        super().__init__()  # official 4096 -> 256 -> 64 -> 1; scaled to the toy width
+        self.net = nn.Sequential(nn.Linear(d_in, 64), nn.GELU(), nn.Linear(64, 16), nn.GELU(),
+                                 nn.Linear(16, 1))
+
+    def forward(self, hidden: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
+        keep = (~pad).unsqueeze(-1).float()
+        pooled = (hidden * keep).sum(1) / keep.sum(1).clamp_min(1)
+        return torch.sigmoid(self.net(pooled)).squeeze(-1)
+
+
+def tool_token_embeddings(backbone) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tool descriptions read through the backbone's (frozen) word embeddings."""
+    index = {w: i for i, w in enumerate(build_vocab())}
+    length = max(len(TOOL_TEXT[t].split()) for t in TOOL_NAMES)
+    ids = torch.tensor([encode(TOOL_TEXT[t], index, length + 1)[:-1] for t in TOOL_NAMES])
+    with torch.no_grad():
+        emb = backbone.tok_emb(ids)
+    return emb, ids == 0
+
+
+class Policy(nn.Module):
+    def __init__(self, backbone, d_router: int, n_queries: int):
+        super().__init__()
+        d = backbone.tok_emb.embedding_dim
+        tokens, pad = tool_token_embeddings(backbone)
+        self.router = ToolRouter(d, d_router, n_queries, tokens, pad)
+        self.gater = Gater(d)
+
+
+@dataclass
+class Cache:
+    """Everything about a split that does not depend on the policy (backbone is frozen)."""
+    videos: torch.Tensor       # (Q, T, H, W, 3) float, aligned with the questions
+    text: torch.Tensor
+    tasks: np.ndarray
+    answers: np.ndarray
+    q_o: torch.Tensor          # (Q, 5) original-pass logits
+    hidden: torch.Tensor       # (Q, L, d)
+    pad: torch.Tensor          # (Q, L) True = padding token
+    w_m: torch.Tensor          # (Q, T, P) motion saliency on the token grid
+    w_v: torch.Tensor
+
+
+def build_cache(backbone, split, saliency: dict, patch: int) -> Cache:
+    videos = split.videos[split.video_idx].float()
+    q_o, hidden = run_pass(backbone, videos, split.text, hidden=True)
+    n = len(split.text)     # hidden layout: [question words][visual tokens][<ans>]
+    pad = torch.cat([split.text[:, :-1] == 0, torch.zeros(n, backbone.n_visual + 1, dtype=torch.bool)], dim=1)
+    w_m = pool_to_tokens(saliency["motion"].float(), patch)[split.video_idx]
+    w_v = pool_to_tokens(saliency["visual"].float(), patch)[split.video_idx]
+    return Cache(videos, split.text, split.tasks, split.qa.answer.to_numpy(), q_o, hidden, pad, w_m, w_v)
+
+
+def negative_logits(backbone, cache: Cache, rows, masks: np.ndarray, tool_cfg, generator) -> torch.Tensor:
+    """q_n for the given rows and 0/1 tool masks; rows with no tool get q_n = q_o."""
+    rows = np.asarray(rows)
+    q_n = cache.q_o[rows].clone()
+    active = np.flatnonzero(masks.any(axis=1))
+    if len(active):
+        neg = torch.stack([apply_tools(cache.videos[rows[i]], masks[i], keep=tool_cfg.sample_keep,
+                                       shuffle_seed=tool_cfg.shuffle_seed, blur_sigma=tool_cfg.blur_sigma,
+                                       noise_std=tool_cfg.noise_std, generator=generator)
+                           for i in active])
+        q_n[torch.as_tensor(active)] = run_pass(backbone, neg, cache.text[rows[active]])
+    return q_n
+
+
+def positive_logits(backbone, cache: Cache, rows, beta: torch.Tensor) -> torch.Tensor:
+    rows = np.asarray(rows)
+    w = token_weights(cache.w_m[rows], cache.w_v[rows], beta.detach()).flatten(1)
+    return run_pass(backbone, cache.videos[rows], cache.text[rows], weight=w)
+
+
+@torch.no_grad()
+def policy_decisions(policy: Policy, cache: Cache, threshold: float, batch: int = 256):
+    """Eval-mode decisions: tool probabilities (Q, n_tools) and gater beta (Q,)."""
+    probs, betas = [], []
+    for s in range(0, len(cache.text), batch):
+        h, p = cache.hidden[s:s + batch], cache.pad[s:s + batch]
+        probs.append(torch.sigmoid(policy.router(h, p)))
+        betas.append(policy.gater(h, p))
+    return torch.cat(probs), torch.cat(betas)
+
+
+def calibrated_predictions(backbone, cache: Cache, masks: np.ndarray, beta: torch.Tensor,
+                           tool_cfg, a1: float, a2: float, seed: int = 0):
+    rows = np.arange(len(cache.text))
+    gen = torch.Generator().manual_seed(seed)
+    q_n = negative_logits(backbone, cache, rows, masks, tool_cfg, gen)
+    q_p = positive_logits(backbone, cache, rows, beta) if a1 else cache.q_o
+    q = calibrate(cache.q_o, q_p, q_n, a1, a2)
+    return predict(q.numpy(), cache.tasks), {"q_o": cache.q_o, "q_p": q_p, "q_n": q_n}
+
+
+def evaluate_policy(backbone, policy, cache: Cache, pcfg, seed: int = 0) -> tuple[float, np.ndarray]:
+    from components.tricd.decode import score
+
+    probs, beta = policy_decisions(policy, cache, pcfg.router_threshold)
+    masks = (probs > pcfg.router_threshold).numpy()
+    pred, _ = calibrated_predictions(backbone, cache, masks, beta, pcfg, pcfg.a1, pcfg.a2, seed)
+    import pandas as pd
+
+    qa = pd.DataFrame({"task": cache.tasks, "answer": cache.answers, "compositional":
+                       [t.startswith("c_") for t in cache.tasks], "types": [[]] * len(cache.tasks)})
+    return score(qa, pred)["macro"], masks
+
+
+def reinforce_loss(logp: torch.Tensor, reward: np.ndarray, state: dict, momentum: float) -> torch.Tensor:
+    """-(log pi(a)) * (r - b) averaged over the accumulated queries. The EMA baseline is
+    updated query by query, before the advantage is taken (order of the official trainer)."""
+    adv = np.empty(len(reward))
+    for i, r in enumerate(reward):
+        state["baseline"] = momentum * state["baseline"] + (1 - momentum) * float(r)
+        adv[i] = r - state["baseline"]
+    return -(logp * torch.as_tensor(adv, dtype=torch.float32)).mean()
+
+
+def bernoulli_logp(probs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    return (actions * probs.log() + (1 - actions) * (1 - probs).log()).sum(-1)
+
+
+def reinforce_epoch(backbone, policy: Policy, cache: Cache, opt, pcfg, rng: np.random.Generator,
+                    gen: torch.Generator, state: dict, ctx=None, step0: int = 0) -> int:
+    """One pass over the training cache; returns the number of optimiser steps taken."""
+    order = rng.permutation(len(cache.text))
+    steps = 0
+    policy.train()
+    for s in range(0, len(order), pcfg.grad_accum):
+        rows = order[s:s + pcfg.grad_accum]
+        h, pad = cache.hidden[rows], cache.pad[rows]
+        probs = torch.sigmoid(policy.router(h, pad)).clamp(1e-6, 1 - 1e-6)
+        actions = torch.bernoulli(probs.detach(), generator=gen)
+        logp_router = bernoulli_logp(probs, actions)
+        mu = policy.gater(h, pad)
+        raw = mu.detach() + pcfg.train_std * torch.randn(mu.shape, generator=gen)
+        beta = raw.clamp(0, 1)
+        logp_gater = torch.distributions.Normal(mu, pcfg.train_std).log_prob(raw)  # unclamped sample
+        with torch.no_grad():
+            q_n = negative_logits(backbone, cache, rows, actions.numpy().astype(bool), pcfg, gen)
+            q_p = positive_logits(backbone, cache, rows, beta)
+            q = calibrate(cache.q_o[rows], q_p, q_n, pcfg.a1, pcfg.a2)
+            reward = np.where(predict(q.numpy(), cache.tasks[rows]) == cache.answers[rows], 1.0, -1.0)
+        loss = reinforce_loss(logp_router + logp_gater, reward, state, pcfg.baseline_momentum)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(policy.parameters(), pcfg.grad_clip)
+        opt.step()
+        steps += 1
+        if ctx is not None:
+            ctx.log_metrics({"policy/reward": float(reward.mean()), "policy/n_tools": float(actions.sum(1).mean()),
+                             "policy/beta": float(mu.detach().mean()), "policy/baseline": state["baseline"]},
+                            step=step0 + steps)
+    policy.eval()
+    return steps
+
+
+def train_policy_stage(cfg, ctx) -> None:
+    from components.common.io import load_torch, save_torch, write_table
+    from components.common.seeds import seed_everything
+    from components.tricd.backbone import load_backbone
+    from components.tricd.decode import load_split
+
+    seed = ctx.item["seed"]
+    rng = seed_everything(seed)
+    gen = torch.Generator().manual_seed(seed)
+    p = cfg.policy
+    bench_dir, sal_dir = ctx.inputs["build_benchmark"], ctx.inputs["precompute_saliency"]
+    backbone = load_backbone(ctx.inputs["train_backbone"] / "backbone.pt", cfg.bench, cfg.backbone)
+    train = load_split(bench_dir, "train", limit=p.train_limit)
+    val = load_split(bench_dir, "val", limit=p.val_limit)
+    train_cache = build_cache(backbone, train, load_torch(f"{sal_dir}/train_saliency.pt"), cfg.backbone.patch)
+    val_cache = build_cache(backbone, val, load_torch(f"{sal_dir}/val_saliency.pt"), cfg.backbone.patch)
+    policy = Policy(backbone, p.d_router, p.n_queries)
+    opt = torch.optim.AdamW(policy.parameters(), lr=p.lr, weight_decay=p.weight_decay)
+    state, steps, curve = {"baseline": 0.0}, 0, []
+    best, best_state, bad = -1.0, None, 0
+    for epoch in range(1, p.max_epochs + 1):
+        steps += reinforce_epoch(backbone, policy, train_cache, opt, p, rng, gen, state, ctx, steps)
+        val_macro, masks = evaluate_policy(backbone, policy, val_cache, p, seed)
+        freq = masks.mean(0)
+        curve.append({"epoch": epoch, "val_macro": val_macro, "n_tools": float(masks.sum(1).mean()),
+                      **{f"freq_{t}": float(f) for t, f in zip(TOOL_NAMES, freq)}})
+        ctx.log_metric("policy/val_macro", val_macro, step=epoch)
+        ctx.progress(epoch, p.max_epochs, f"epoch {epoch} val macro {val_macro:.3f}")
+        if val_macro > best:
+            best, bad = val_macro, 0
+            best_state = {k: v.clone() for k, v in policy.state_dict().items()}
+        else:
+            bad += 1
+        if epoch >= p.min_epochs and bad >= p.patience:
+            break
+    policy.load_state_dict(best_state)
+    save_torch(ctx.out_dir / "policy.pt", best_state)
+    write_table(ctx.out_dir / "train_curve.parquet", {k: [c[k] for c in curve] for k in curve[0]})
+    ctx.write_metrics({"best_val_macro": best, "epochs": len(curve), "updates": steps,
+                       "val_base_macro": _base_macro(val_cache)})
+
+
+def _base_macro(cache: Cache) -> float:
+    import pandas as pd
+
+    from components.tricd.decode import score
+
+    qa = pd.DataFrame({"task": cache.tasks, "answer": cache.answers, "compositional":
+                       [t.startswith("c_") for t in cache.tasks], "types": [[]] * len(cache.tasks)})
+    return score(qa, predict(cache.q_o.numpy(), cache.tasks))["macro"]
