@@ -14,7 +14,7 @@ class Data(Section):
     families: list[str] = list(FAMILIES)
     length: int = 1024               # samples per series (all families but `short`)
     short_length: int = 32           # TSQA-like short series
-    n_train: int = 1500              # per family
+    n_train: int = 1000              # per family
     n_val: int = 200
     n_test: int = 300
     real_background_share: float = 0.5   # share of backgrounds cut from statsmodels datasets
@@ -36,7 +36,8 @@ class Model(Section):
     d_model: int = 64
     n_layers: int = 2
     n_heads: int = 4
-    patch: int = 32                  # points per view token (MLP patch encoder): 4 tokens a view
+    patch: int = 32                  # points per view token: 4 tokens a view
+    encoder: Literal["cnn", "mlp"] = "cnn"   # patch encoder (the paper's is an MLP on padded patches)
     dropout: float = 0.0
 
 
@@ -58,8 +59,8 @@ class Sft(Section):
 
 class Rl(Section):
     """Hierarchical policy optimisation (§2 of the method notes; official reward weights)."""
-    iterations: int = 400
-    questions: int = 32                 # questions per iteration
+    iterations: int = 300
+    questions: int = 16                 # questions per iteration
     controller_rollouts: int = 4        # controller trajectories per question
     reasoner_rollouts: int = 6          # reasoner samples per trajectory (consistency)
     w_consistency: float = 3.0
@@ -83,7 +84,7 @@ class Rl(Section):
 
 
 class Baselines(Section):
-    static_epochs: int = 6              # more passes than SFT; best epoch chosen on val
+    static_epochs: int = 6              # twice SFT's passes; best epoch chosen on val
     # static: the coarse full view at the per-view budget (the paper's comparison);
     # static_total: one full view at (1 + max_zooms) x budget points, ARTIST's largest total budget
     static_variants: list[str] = ["static", "static_total"]
@@ -123,6 +124,7 @@ class ArtistConfig(MethodConfig):
                  "n_test": 50},
         "sft": {"epochs": 1},
         "rl": {"iterations": 20, "questions": 8},
+        "model": {"n_layers": 1},
         "baselines": {"static_epochs": 1, "gbm_max_iter": 20, "static_variants": ["static"]},
         "evaluate": {"runs": 2},
     }

@@ -1,7 +1,9 @@
 """One policy, two roles (the paper's controller-reasoner with a shared backbone), tiny.
 
 Tokens: [CTRL] [ANSWER] [family] [arg_1] [arg_2] then ``budget / patch`` patch tokens per view.
-A view token is an MLP patch embedding + its position inside the view + the view's window
+The arg tokens carry the geometry of the windows a question names, embedded like a view's.
+A view token is a patch embedding (a small 1-D CNN over the view, mean- and max-pooled per
+patch, plus an MLP on the raw patch; or that MLP alone) + its position inside the view + the view's window
 geometry (start, end, width) + the round it was acquired in. A bidirectional transformer encoder
 mixes them; the [CTRL] token's head scores the candidate windows and STOP, the [ANSWER] token's
 head scores the options (options beyond the family's count are masked).
@@ -13,12 +15,11 @@ from torch import nn
 
 MAX_OPTIONS = 5
 N_FAMILIES = 6
-N_ARG_VALUES = 16
 
 
 class ArtistPolicy(nn.Module):
     def __init__(self, n_actions: int, budget: int, max_views: int, d_model: int = 64, n_layers: int = 2,
-                 n_heads: int = 4, patch: int = 16, dropout: float = 0.0):
+                 n_heads: int = 4, patch: int = 16, dropout: float = 0.0, encoder: str = "cnn"):
         super().__init__()
         if budget % patch:
             raise ValueError(f"budget {budget} must be a multiple of patch {patch}")
@@ -26,9 +27,17 @@ class ArtistPolicy(nn.Module):
         self.n_patches = budget // patch
         self.special = nn.Parameter(torch.randn(2, d_model) * 0.02)      # [CTRL], [ANSWER]
         self.family = nn.Embedding(N_FAMILIES, d_model)
-        self.arg = nn.Embedding(N_ARG_VALUES, d_model)
         self.arg_slot = nn.Parameter(torch.randn(2, d_model) * 0.02)
-        self.patch_in = nn.Sequential(nn.Linear(patch, d_model), nn.GELU(), nn.Linear(d_model, d_model))
+        self.encoder_kind = encoder
+        if encoder == "mlp":
+            self.patch_in = nn.Sequential(nn.Linear(patch, d_model), nn.GELU(), nn.Linear(d_model, d_model))
+        elif encoder == "cnn":   # 1-D CNN over the view, mean+max pooled per patch, + raw-patch MLP
+            self.conv = nn.Sequential(nn.Conv1d(1, 16, 5, padding=2), nn.GELU(),
+                                      nn.Conv1d(16, 32, 5, padding=2), nn.GELU())
+            self.patch_in = nn.Linear(64, d_model)
+            self.patch_raw = nn.Sequential(nn.Linear(patch, d_model), nn.GELU(), nn.Linear(d_model, d_model))
+        else:
+            raise ValueError(f"unknown encoder {encoder!r} (cnn, mlp)")
         self.patch_pos = nn.Embedding(self.n_patches, d_model)
         self.geometry = nn.Linear(3, d_model)
         self.round = nn.Embedding(max_views, d_model)
@@ -41,21 +50,32 @@ class ArtistPolicy(nn.Module):
 
     def forward(self, family: torch.Tensor, args: torch.Tensor, views: torch.Tensor, geometry: torch.Tensor,
                 present: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """family (b,), args (b, 2), views (b, V, budget), geometry (b, V, 3), present (b, V) bool.
+        """family (b,), args (b, 2, 3): the geometry of the windows a question names (zeros when it
+        names none), views (b, V, budget), geometry (b, V, 3), present (b, V) bool.
         Returns controller logits (b, A + 1) and answer logits (b, MAX_OPTIONS), unmasked."""
         b, v, _ = views.shape
-        patches = views.reshape(b, v, self.n_patches, self.patch)
-        tok = (self.patch_in(patches) + self.patch_pos.weight[None, None]
+        tok = (self.embed_patches(views) + self.patch_pos.weight[None, None]
                + self.geometry(geometry)[:, :, None] + self.round.weight[None, :v, None])
         tok = tok.reshape(b, v * self.n_patches, -1)
         head = torch.cat([self.special[None].expand(b, -1, -1),
                           self.family(family)[:, None],
-                          self.arg(args) + self.arg_slot[None]], dim=1)
+                          self.geometry(args) + self.arg_slot[None]], dim=1)
         x = torch.cat([head, tok], dim=1)
         pad = torch.cat([torch.zeros(b, head.shape[1], dtype=torch.bool, device=views.device),
                          (~present)[:, :, None].expand(b, v, self.n_patches).reshape(b, -1)], dim=1)
         h = self.norm(self.encoder(x, src_key_padding_mask=pad))
         return self.controller_head(h[:, 0]), self.answer_head(h[:, 1])
+
+    def embed_patches(self, views: torch.Tensor) -> torch.Tensor:
+        """(b, V, budget) -> (b, V, n_patches, d)."""
+        b, v, n = views.shape
+        if self.encoder_kind == "mlp":
+            return self.patch_in(views.reshape(b, v, self.n_patches, self.patch))
+        h = self.conv(views.reshape(b * v, 1, n))                       # (bv, 32, n)
+        h = h.reshape(b * v, 32, self.n_patches, self.patch)
+        pooled = torch.cat([h.mean(dim=-1), h.amax(dim=-1)], dim=1)      # (bv, 64, n_patches)
+        raw = self.patch_raw(views.reshape(b, v, self.n_patches, self.patch))
+        return self.patch_in(pooled.transpose(1, 2)).reshape(b, v, self.n_patches, -1) + raw
 
 
 def mask_answers(logits: torch.Tensor, n_options: torch.Tensor) -> torch.Tensor:

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from components.artist.tasks import FAMILY_ID
 from components.artist.model import MAX_OPTIONS, ArtistPolicy, mask_actions, mask_answers
 from components.artist.views import build_all_views, window_geometry
 
@@ -62,7 +63,7 @@ def make_policy(model_cfg, views_cfg, budget: int | None = None, max_views: int 
     return ArtistPolicy(n_actions=n_actions, budget=budget or views_cfg.budget,
                         max_views=max_views or 1 + views_cfg.max_zooms, d_model=model_cfg.d_model,
                         n_layers=model_cfg.n_layers, n_heads=model_cfg.n_heads, patch=model_cfg.patch,
-                        dropout=model_cfg.dropout)
+                        dropout=model_cfg.dropout, encoder=model_cfg.encoder)
 
 
 def gather_inputs(tasks: TaskSet, idx: torch.Tensor, chosen: torch.Tensor):
@@ -72,7 +73,10 @@ def gather_inputs(tasks: TaskSet, idx: torch.Tensor, chosen: torch.Tensor):
     view_idx = torch.cat([torch.zeros(b, 1, dtype=torch.long), (chosen + 1).clamp(min=0)], dim=1)
     present = torch.cat([torch.ones(b, 1, dtype=torch.bool), chosen >= 0], dim=1)
     views = tasks.views[idx[:, None], view_idx] * present[:, :, None]
-    return tasks.family_id[idx], tasks.args[idx], views, tasks.geometry[view_idx], present
+    # a question that names windows (compare) gets their geometry, in the views' coordinates
+    names = (tasks.family_id[idx] == FAMILY_ID["compare"])[:, None, None]
+    args = tasks.geometry[tasks.args[idx] + 1] * names
+    return tasks.family_id[idx], args, views, tasks.geometry[view_idx], present
 
 
 def forward_state(model: ArtistPolicy, tasks: TaskSet, idx: torch.Tensor,
