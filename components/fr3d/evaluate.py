@@ -71,7 +71,8 @@ def score_split(split: str, preds: dict, frames: dict, ce: int, horizons: list[i
     lo = ce - context + 1
     # GT trajectory relative to the first context frame; "turning": |yaw change| over the window
     gt_rel = np.linalg.inv(gt_pose[:, lo:lo + 1]) @ gt_pose[:, lo:]
-    yaw_change = rotation_angle_deg(np.linalg.inv(gt_pose[:, ce]) @ gt_pose[:, ce + max(horizons)])
+    yaw_change = rotation_angle_deg((np.linalg.inv(gt_pose[:, ce]) @ gt_pose[:, ce + max(horizons)])
+                                    [:, :3, :3])
     turning = yaw_change > turn_deg
     ctx_traj = compose(np.broadcast_to(np.eye(4), (len(gt_pose), 4, 4)), preds["context"]["motion"])
     ctx_traj = np.concatenate([np.broadcast_to(np.eye(4), (len(gt_pose), 1, 4, 4)), ctx_traj], 1)

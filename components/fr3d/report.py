@@ -114,9 +114,9 @@ def _plot(scores: pd.DataFrame, out: Path) -> None:
 def report_stage(cfg, ctx) -> None:
     ev = cfg.evaluate
     scores = pd.concat([read_table(p / "scores.parquet").to_pandas()
-                        for p in ctx.inputs["rollout_eval"].values()])
+                        for p in ctx.inputs["rollout_eval"].values()], ignore_index=True)
     probe = pd.concat([read_table(p / "probe.parquet").to_pandas()
-                       for p in ctx.inputs["rollout_eval"].values()])
+                       for p in ctx.inputs["rollout_eval"].values()], ignore_index=True)
     result = criteria(scores, probe, ev.horizons)
     write_json_atomic(ctx.out_dir / "criteria.json", result)
     sections = ["# fr3d report", "## Pass criteria (mean over seeds)", "```",

@@ -211,3 +211,49 @@ def test_profiles_validate_and_paper_preflight(tmp_path):
     Fr3dConfig.for_profile("small").preflight()
     with pytest.raises(FileNotFoundError, match="paper.cut3r_checkpoint"):
         Fr3dConfig.for_profile("paper").preflight()
+
+
+def test_turning_flag_uses_the_yaw_change_over_the_window():
+    from components.fr3d.evaluate import score_split
+
+    n_frames, ce = 8, 3
+    poses = np.stack([camera_pose(0.0, float(k), np.radians(8.0) * max(0, k - ce), 1.5, 6.0)
+                      for k in range(n_frames)])[None].astype(np.float32)
+    frames = {"pose": poses, "depth": np.ones((1, n_frames, 8, 8), np.float32),
+              "dynamic": np.zeros((1, n_frames, 8, 8), bool)}
+    preds = {"context": {"motion": geo.relative_poses(poses.astype(float))[:, 1:ce + 1]}}
+    rows = score_split("test", {**preds, "copy_last": {"depth": np.ones((1, 4, 8, 8))}}, frames, ce,
+                       [4], context=4, turn_deg=15.0)
+    assert rows[0]["yaw_change"] == pytest.approx(32.0, abs=1e-3) and rows[0]["turning"]
+
+
+def _fake_scores(gap: float, seeds=(0, 1, 2)) -> "pd.DataFrame":
+    import pandas as pd
+
+    rows = []
+    for seed in seeds:
+        for split in ("test", "kitti_like", "nuscenes_like"):
+            for method, absrel, ate in (("fr3d", 0.10, 1.0), ("copy_last", 0.10 + gap, 2.0),
+                                        ("feat2d", 0.2, np.nan), ("no_share", 0.11, 1.0 / 0.8)):
+                for h in (1, 3, 5, 10):
+                    for seq, turning in enumerate((True, False)):
+                        rows.append(dict(seed=seed, split=split, method=method, horizon=h,
+                                         seq=seq, turning=turning, absrel=absrel, ate=ate))
+    return pd.DataFrame(rows)
+
+
+def test_report_criteria_over_concatenated_seeds():
+    import pandas as pd
+
+    from components.fr3d.report import criteria
+
+    scores = pd.concat([_fake_scores(0.05, (s,)) for s in (0, 1, 2)], ignore_index=True)
+    probe = pd.DataFrame(dict(seed=[0, 0], method=["fr3d", "fr3d"], horizon=[10, 10], seq=[0, 1],
+                              change_static=[0.01, 0.02], change_dynamic=[0.1, 0.1]))
+    out = criteria(scores, probe, [1, 3, 5, 10])
+    assert out["n_seeds"] == 3 and out["F1_pass"] and out["F3_pass"] and out["F5_pass"]
+    assert out["F2_ratio"] == pytest.approx(0.8) and out["F2_pass"]
+    assert out["F4_shift_ratio_fr3d"] == pytest.approx(1.0) and not out["F4_pass"]
+    worse = criteria(_fake_scores(-0.01), probe, [1, 3, 5, 10])
+    assert worse["F1_pass"] is False
+    assert criteria(scores, probe, [1, 3])["F1_pass"] is None     # horizons not run: not judged
