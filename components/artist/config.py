@@ -48,7 +48,7 @@ class Traces(Section):
 
 
 class Sft(Section):
-    epochs: int = 3
+    epochs: int = 2
     batch_size: int = 64
     lr: float = 1e-3
     weight_decay: float = 0.01
@@ -59,7 +59,7 @@ class Sft(Section):
 
 class Rl(Section):
     """Hierarchical policy optimisation (§2 of the method notes; official reward weights)."""
-    iterations: int = 300
+    iterations: int = 200
     questions: int = 16                 # questions per iteration
     controller_rollouts: int = 4        # controller trajectories per question
     reasoner_rollouts: int = 6          # reasoner samples per trajectory (consistency)
@@ -84,7 +84,7 @@ class Rl(Section):
 
 
 class Baselines(Section):
-    static_epochs: int = 6              # twice SFT's passes; best epoch chosen on val
+    static_epochs: int = 4              # twice SFT's passes; best epoch chosen on val
     # static: the coarse full view at the per-view budget (the paper's comparison);
     # static_total: one full view at (1 + max_zooms) x budget points, ARTIST's largest total budget
     static_variants: list[str] = ["static", "static_total"]
