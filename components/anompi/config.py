@@ -1,0 +1,126 @@
+"""Params of the anompi reproduction. Defaults are the ``small`` profile.
+
+Every constant here is our reconstruction: the paper's full text (operators, AEI utility,
+iDPO loss, datasets) was not available; see CLAIMS.md.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+from components.common.config import MethodConfig, Section
+
+CLASSES = ("normal", "running", "fighting", "loitering", "falling", "object_left")
+
+
+class Env(Section):
+    """The procedural surveillance environment (components/anompi/video.py)."""
+    n_frames: int = 128            # T
+    size: int = 12                 # frames are size x size gray images
+    n_train: int = 1500
+    n_test: int = 600
+    walkers: tuple[int, int] = (2, 4)          # background walkers per video (inclusive)
+    actor_len: tuple[int, int] = (24, 32)      # frames the "actor" is on screen
+    event_len: tuple[int, int] = (6, 10)       # the anomaly itself: a short window
+    distractor_rate: float = 0.5   # share of normal videos where an actor walks through
+    noise: float = 0.03            # sensor noise per pixel
+    seed: int = 20260
+
+
+class Perception(Section):
+    """Frozen clip encoder + belief head, trained under video-level labels only."""
+    emb_dim: int = 16
+    hidden: int = 64
+    steps: int = 2500
+    batch_videos: int = 64
+    lr: float = 3e-3
+    seed: int = 0
+
+
+class Policy(Section):
+    """Operators and the policy network (shared by every policy stage and evaluate)."""
+    n_anchors: int = 8             # the initial passive scan: uniform frames
+    fine_len: int = 4              # fine-grained sampling: consecutive frames per window
+    max_steps: int = 5             # K operator calls before a forced answer
+    budget: int = 24               # hard cap on frames viewed (initial scan included)
+    hidden: int = 64
+
+
+class Sft(Section):
+    """Warm start: behaviour cloning of a scripted trajectory (scan, FINE at max saliency, answer)."""
+    steps: int = 300
+    batch: int = 256
+    lr: float = 3e-3
+    label_smoothing: float = 0.1
+    saliency_threshold: float = 0.5   # the script answers at once when nothing on screen is salient
+
+
+class Rollout(Section):
+    """On-policy sampling of trajectories (vectorised over videos)."""
+    n_videos: int = 600           # training videos per round
+    per_video: int = 8             # M trajectories per video
+    temperature: float = 1.0
+    epsilon: float = 0.2           # uniform exploration over valid operators
+    batch: int = 4096
+
+
+class Idpo(Section):
+    """AEI utility, preference pairs and the iDPO update."""
+    variants: list[str] = ["full", "no_info", "no_cost"]
+    lambda_info: float = 0.3       # weight of the belief-entropy reduction (non-negative per step)
+    lambda_cost: float = 0.5       # weight of frames acquired / budget
+    margin: float = 0.05           # a pair needs U(winner) - U(loser) > margin
+    rounds: int = 3                # round 1 uses the rollout/build_preferences stages
+    beta: float = 0.5
+    lr: float = 2e-3
+    epochs: int = 10
+    batch: int = 128
+
+
+class Evaluate(Section):
+    passive_frames: list[int] = [8, 12, 16, 20, 24, 28, 32, 48, 64]
+
+
+class Paper(Section):
+    """paper profile: a ~2B video LLM and real VAU data sets from local paths (not bundled)."""
+    enabled: bool = False
+    model_path: str = ""           # e.g. a Qwen2-VL-2B / InternVL2.5-2B checkpoint folder
+    dataset_root: str = ""         # e.g. UCF-Crime / XD-Violence / HIVAU-70k videos + labels
+
+
+class AnompiConfig(MethodConfig):
+    seeds: list[int] = [0, 1, 2]
+    env: Env = Env()
+    perception: Perception = Perception()
+    policy: Policy = Policy()
+    sft: Sft = Sft()
+    rollout: Rollout = Rollout()
+    idpo: Idpo = Idpo()
+    evaluate: Evaluate = Evaluate()
+    paper: Paper = Paper()
+
+    SMOKE: ClassVar[dict] = {
+        "seeds": [0],
+        "env": {"n_frames": 64, "n_train": 160, "n_test": 40, "actor_len": [16, 20]},
+        "perception": {"steps": 60, "batch_videos": 16},
+        "policy": {"n_anchors": 4, "max_steps": 3, "budget": 16},
+        "sft": {"steps": 30},
+        "rollout": {"n_videos": 60, "per_video": 4},
+        "idpo": {"rounds": 1, "epochs": 1},
+        "evaluate": {"passive_frames": [4, 8, 16, 32]},
+    }
+    PAPER: ClassVar[dict] = {
+        "paper": {"enabled": True},
+    }
+
+    def preflight(self) -> None:
+        if not self.paper.enabled:
+            return
+        for key, value in (("paper.model_path", self.paper.model_path),
+                           ("paper.dataset_root", self.paper.dataset_root)):
+            if not value or not Path(value).exists():
+                raise FileNotFoundError(
+                    f"anompi paper profile: {key} = {value!r} does not exist; set {key} to a local "
+                    "path (a ~2B video LLM checkpoint / a VAU data set; nothing is downloaded). "
+                    "The paper-scale backbone is not implemented in this repository: only the "
+                    "procedural environment runs end to end.")

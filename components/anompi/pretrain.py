@@ -1,0 +1,63 @@
+"""pretrain_perception: clip encoder + belief head under video-level labels, then the per-frame
+cache (embeddings, single-clip saliency) that the environment reads."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from components.anompi.data import labels_only, load_specs
+from components.anompi.env import uniform_frames
+from components.anompi.perception import (BeliefHead, ClipEncoder, belief, descriptors, encode_videos,
+                                         train_perception)
+from components.anompi.video import render_all
+from components.common.io import load_torch, save_torch
+from components.common.seeds import seed_everything
+
+
+def pretrain_perception_stage(cfg, ctx) -> None:
+    seed_everything(cfg.perception.seed)
+    env_dir = ctx.inputs["build_env"]
+    train, test = load_specs(env_dir / "train.parquet"), load_specs(env_dir / "test.parquet")
+    ctx.progress(0, 3, "rendering videos")
+    desc_train = descriptors(render_all(train, cfg.env))
+    desc_test = descriptors(render_all(test, cfg.env))
+    ctx.progress(1, 3, "training the clip encoder and belief head")
+    enc, head, losses = train_perception(desc_train, labels_only(train), cfg.perception,
+                                         cfg.policy, ctx=ctx)
+    save_torch(ctx.out_dir / "perception.pt", {"encoder": enc.state_dict(), "head": head.state_dict(),
+                                               "emb_dim": cfg.perception.emb_dim,
+                                               "hidden": cfg.perception.hidden})
+    ctx.progress(2, 3, "encoding every frame")
+    for split, desc in (("train", desc_train), ("test", desc_test)):
+        cache = encode_videos(enc, head, desc)
+        np.savez(ctx.out_dir / f"cache_{split}.npz", **cache)
+    cache = load_cache(ctx.out_dir, "test")
+    T = cfg.env.n_frames
+    y = test["label"]
+    vid = torch.arange(len(y))
+    metrics = {"final_loss": losses[-1]}
+    for name, frames in (("dense", np.arange(T)), ("uniform32", uniform_frames(T, 32)),
+                         ("scan", uniform_frames(T, cfg.policy.n_anchors))):
+        obs = torch.zeros(len(y), T, dtype=torch.bool)
+        obs[:, frames] = True
+        metrics[f"test_acc_{name}"] = float((belief(head, cache, vid, obs).argmax(-1).numpy() == y).mean())
+    ctx.write_metrics(metrics)
+
+
+def load_cache(folder, split: str) -> dict[str, torch.Tensor]:
+    with np.load(folder / f"cache_{split}.npz") as z:
+        return {k: torch.as_tensor(z[k]) for k in z.files}
+
+
+def load_head(folder) -> BeliefHead:
+    state = load_torch(folder / "perception.pt")
+    head = BeliefHead(state["emb_dim"], state["hidden"])
+    head.load_state_dict(state["head"])
+    return head.eval()
+
+
+def load_encoder(folder) -> ClipEncoder:
+    state = load_torch(folder / "perception.pt")
+    enc = ClipEncoder(state["emb_dim"], state["hidden"])
+    enc.load_state_dict(state["encoder"])
+    return enc.eval()
