@@ -47,7 +47,8 @@ class Policy(Section):
 
 
 class Sft(Section):
-    """Warm start: behaviour cloning of a scripted trajectory (scan, FINE at max saliency, answer)."""
+    """Warm start: behaviour cloning of a scripted local search (scan, FINE at max saliency,
+    BACKTRACK, ADVANCE, answer)."""
     steps: int = 300
     batch: int = 256
     lr: float = 3e-3
@@ -68,7 +69,7 @@ class Idpo(Section):
     """AEI utility, preference pairs and the iDPO update."""
     variants: list[str] = ["full", "no_info", "no_cost"]
     lambda_info: float = 0.3       # weight of the belief-entropy reduction (non-negative per step)
-    lambda_cost: float = 0.5       # weight of frames acquired / budget
+    lambda_cost: float = 0.1       # weight of frames acquired / budget (0.5 in the pilot: see CLAIMS.md)
     margin: float = 0.05           # a pair needs U(winner) - U(loser) > margin
     rounds: int = 3                # round 1 uses the rollout/build_preferences stages
     beta: float = 0.5

@@ -39,13 +39,22 @@ def _entropy(p: torch.Tensor) -> torch.Tensor:
     return -(p * p.clamp(min=1e-8).log()).sum(-1) / np.log(p.shape[-1])
 
 
+SCRIPT = ("fine", "backtrack_1", "advance_2")   # then ANSWER
+
+
 def scripted_action(env: ActiveEnv, st: State, threshold: float) -> torch.Tensor:
-    """The warm-start script: after the scan, one FINE window at the most salient anchor
-    (if any anchor looks salient), then ANSWER."""
+    """The warm-start script: after the scan, a local search around the most salient anchor -
+    FINE there, BACKTRACK one window, ADVANCE past the first window (12 consecutive frames
+    around the anchor) - then ANSWER. Answers at once when no anchor looks salient."""
     sal = env.cache["sal_static"][st.vid][:, env.anchor_t].float()          # anchors are observed
     best = sal.argmax(1)
-    first = (st.steps == 0) & (sal.amax(1) >= threshold) & ~st.done
-    return torch.where(first, best, torch.full_like(best, env.ANSWER))
+    answer = torch.full_like(best, env.ANSWER)
+    step = st.steps
+    act = torch.where(step == 0, best, answer)
+    for k, name in enumerate(SCRIPT[1:], start=1):
+        act = torch.where(step == k, torch.full_like(best, env.names.index(name)), act)
+    silent = (sal.amax(1) < threshold) & (step == 0)
+    return torch.where(silent | st.done, answer, act)
 
 
 @torch.no_grad()
