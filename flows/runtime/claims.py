@@ -14,7 +14,12 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-_COMPARISON = re.compile(r"^\s*(>=|<=|==|>|<)\s*(-?[0-9.eE+-]+)\s*$")
+_NUMBER = r"-?[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?"
+_METRIC = r"[A-Za-z0-9_.-]+/[^\s]+"
+# ">= 1", "<= 0.75 * evaluate/ece_erm", ">= evaluate/acc_erm - 1.5": a number, or another
+# metric scaled by a factor and/or shifted by an offset
+_COMPARISON = re.compile(rf"^\s*(>=|<=|==|>|<)\s*(?:({_NUMBER})\s*\*\s*)?(?:({_METRIC})|({_NUMBER}))"
+                         rf"(?:\s*([+-])\s*({_NUMBER}))?\s*$")
 _OPERATORS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt}
 
 
@@ -32,14 +37,31 @@ class Criterion(BaseModel):
     @classmethod
     def _comparison(cls, value: str) -> str:
         if not _COMPARISON.match(value):
-            raise ValueError(f"expected an operator and a number, e.g. '>= 1', got {value!r}")
+            raise ValueError("expected an operator and a number or metric, e.g. '>= 1', "
+                             f"'<= 0.75 * evaluate/ece_erm', '>= evaluate/acc_erm - 1.5'; got {value!r}")
         return value
 
-    def passes(self, value: float) -> bool:
-        op, threshold = _COMPARISON.match(self.passes_if).groups()
+    @property
+    def reference(self) -> str | None:
+        """The other metric the threshold is relative to, if any."""
+        return _COMPARISON.match(self.passes_if).group(3)
+
+    def threshold(self, reference_value: float | None = None) -> float | None:
+        _, factor, metric, number, sign, offset = _COMPARISON.match(self.passes_if).groups()
+        if metric is not None and reference_value is None:
+            return None
+        base = reference_value if metric is not None else float(number)
+        value = float(factor or 1) * base
+        return value + float(offset) if sign == "+" else value - float(offset) if sign == "-" else value
+
+    def passes(self, value: float, reference_value: float | None = None) -> bool:
+        op = _COMPARISON.match(self.passes_if).group(1)
+        threshold = self.threshold(reference_value)
+        if threshold is None:
+            raise ValueError(f"{self.id}: needs the value of {self.reference}")
         if op == "==":
-            return math.isclose(value, float(threshold), rel_tol=1e-9, abs_tol=1e-12)
-        return _OPERATORS[op](value, float(threshold))
+            return math.isclose(value, threshold, rel_tol=1e-9, abs_tol=1e-12)
+        return _OPERATORS[op](value, threshold)
 
 
 class Plot(BaseModel):

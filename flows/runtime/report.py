@@ -212,7 +212,7 @@ def _method_markdown(r: MethodReport, figures: list[Figure]) -> list[str]:
     if r.verdicts:
         out += ["| criterion | pass if | measured | verdict |", "|---|---|---|---|"]
         for v in r.verdicts:
-            measured = "; ".join(f"`{s.metric}` = {s.text()}" for s in [v.summary, *v.measured] if s)
+            measured = "; ".join(f"`{s.metric}` = {s.text()}" for s in [v.summary, v.reference, *v.measured] if s)
             gate = "" if v.criterion.gated else " (not gated)"
             out.append(f"| **{v.criterion.id}** {_cell(v.criterion.text)}{gate} | "
                        f"`{v.criterion.metric}` {v.criterion.passes_if} | {measured or '—'} | {v.status} |")

@@ -59,12 +59,14 @@ class Verdict:
     criterion: Criterion
     summary: Summary | None
     measured: list[Summary] = field(default_factory=list)
+    reference: Summary | None = None    # the metric a relative threshold refers to
 
     @property
     def status(self) -> str:
-        if self.summary is None:
+        if self.summary is None or (self.criterion.reference and self.reference is None):
             return NOT_RUN
-        return REPRODUCED if self.criterion.passes(self.summary.mean) else NOT_REPRODUCED
+        ref = self.reference.mean if self.reference else None
+        return REPRODUCED if self.criterion.passes(self.summary.mean, ref) else NOT_REPRODUCED
 
 
 def summarize_metric(values: InstanceValues, metric: str) -> Summary | None:
@@ -83,7 +85,8 @@ def _order(entry: tuple[Instance, Any]) -> tuple[str, str]:
 
 def judge(claims: Claims, values: InstanceValues) -> list[Verdict]:
     return [Verdict(c, summarize_metric(values, c.metric),
-                    [s for m in c.measured if (s := summarize_metric(values, m)) is not None])
+                    [s for m in c.measured if (s := summarize_metric(values, m)) is not None],
+                    summarize_metric(values, c.reference) if c.reference else None)
             for c in claims.criteria]
 
 

@@ -77,8 +77,14 @@ def test_criterion_comparisons():
     assert Criterion(id="a", text="", metric="s/k", passes_if=">= 1").passes(1.0)
     assert not Criterion(id="a", text="", metric="s/k", passes_if="< 0.5").passes(0.5)
     assert Criterion(id="a", text="", metric="s/k", passes_if="== 0.1").passes(0.1 + 1e-15)
-    with pytest.raises(ValueError, match="operator and a number"):
-        Criterion(id="a", text="", metric="s/k", passes_if="about 1")
+    relative = Criterion(id="a", text="", metric="s/k", passes_if=">= s/base - 1.5")
+    assert relative.reference == "s/base" and relative.threshold(80.0) == 78.5
+    assert relative.passes(79.0, 80.0) and not relative.passes(78.0, 80.0)
+    scaled = Criterion(id="a", text="", metric="s/k", passes_if="<= 0.75 * s/ece_erm")
+    assert scaled.threshold(0.08) == pytest.approx(0.06) and scaled.passes(0.05, 0.08)
+    for bad in ("about 1", ">= 1 +", "=> 2"):
+        with pytest.raises(ValueError, match="operator and a number or metric"):
+            Criterion(id="a", text="", metric="s/k", passes_if=bad)
 
 
 def test_bad_front_matter_names_the_file_and_key(tmp_path):
@@ -157,3 +163,84 @@ def test_readme_method_table_is_current():
     methods = [m for m in registry.all_methods() if m.name != M]
     assert block == methods_table(Project(REPO_ROOT), methods), \
         "README method table is stale: run `repro report --readme`"
+
+
+# ------------------------------------------------------------------ the UI in a real browser
+CHROMIUM = "/usr/bin/chromium"
+BROWSER_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARTIFACTS = REPO_ROOT / "test-artifacts"
+
+
+@pytest.fixture
+def browser():
+    import os
+
+    if not os.path.exists(CHROMIUM):
+        if os.environ.get("REPRO_REQUIRE_BROWSER"):
+            pytest.fail(f"{CHROMIUM} missing (.ci/run installs Debian's chromium)")
+        pytest.skip(f"{CHROMIUM} missing: apt-get install chromium")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                      args=BROWSER_FLAGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def mlflow_ui(runs):
+    """``repro ui`` on a free port of 127.0.0.1, in the toy project; stopped afterwards."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    project = runs[1].project
+    proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "ui", "--port", str(port)],
+                            cwd=project.root, env={**os.environ, "REPRO_ROOT": str(project.root)})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 240
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/health", timeout=5)
+                break
+            except OSError:
+                if proc.poll() is not None or time.time() > deadline:
+                    raise RuntimeError(f"repro ui did not come up on {url}") from None
+                time.sleep(1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+def test_mlflow_ui_and_scorecard_render_in_chromium(runs, mlflow_ui, browser, tmp_path):
+    from playwright.sync_api import expect
+
+    client, all_runs = mlflow_runs(runs[1].project)
+    experiment_id = client.get_experiment_by_name(M).experiment_id
+    child = next(r for r in all_runs if r.data.tags.get("stage") == "square" and r.data.tags["item"] == "1")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+
+    page.goto(f"{mlflow_ui}/#/experiments/{experiment_id}/runs")
+    expect(page.get_by_text(f"{M}-smoke").first).to_be_visible(timeout=90_000)   # the parent runs
+    page.screenshot(path=str(ARTIFACTS / "mlflow-experiment.png"))
+    page.goto(f"{mlflow_ui}/#/experiments/{experiment_id}/runs/{child.info.run_id}")
+    expect(page.get_by_text(f"{M} square seed=1 [smoke]").first).to_be_visible(timeout=90_000)
+    page.screenshot(path=str(ARTIFACTS / "mlflow-stage-run.png"))
+
+    build(runs[1].project, [registry.get(M)], "smoke", tmp_path / "card")
+    page.goto((tmp_path / "card" / "scorecard.html").as_uri())
+    expect(page.get_by_role("heading", name="Reproduction scorecard")).to_be_visible()
+    images = page.evaluate("Array.from(document.images).map(i => [i.complete, i.naturalWidth])")
+    assert len(images) == 2 and all(done and width > 100 for done, width in images), images
+    page.screenshot(path=str(ARTIFACTS / "scorecard.png"), full_page=True)
