@@ -24,9 +24,10 @@ def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> dict[str, Any]:
 
 
 def numeric_metrics(summary: dict[str, Any]) -> dict[str, float]:
+    """Numbers in a (nested) summary; pass/fail flags become 1.0 / 0.0 (criteria read them)."""
     flat = _flatten("", summary, {})
     return {k: float(v) for k, v in flat.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))}
+            if isinstance(v, (int, float)) and math.isfinite(float(v))}
 
 
 def mlflow_key(key: str) -> str:
