@@ -11,11 +11,11 @@ from flows.runtime.project import Project
 
 def compare_runs(project: Project, method: str, last: int = 10, metric_filter: str | None = None,
                  run_ids: list[str] | None = None) -> str:
-    import mlflow
+    from flows.runtime.tracking import search_runs_frame
 
-    mlflow.set_tracking_uri(project.tracking_uri)
-    runs = mlflow.search_runs(experiment_names=[method], filter_string=f"tags.method = '{method}'",
-                              order_by=["attributes.start_time DESC"], max_results=50_000)
+    runs = search_runs_frame(project.tracking_uri, experiment_names=[method],
+                             filter_string=f"tags.method = '{method}'",
+                             order_by=["attributes.start_time DESC"], max_results=50_000)
     if "tags.mlflow.parentRunId" in runs.columns:   # stage runs carry the method tag too
         runs = runs[runs["tags.mlflow.parentRunId"].isna()]
     if run_ids:

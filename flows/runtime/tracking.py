@@ -41,6 +41,27 @@ def child_run_name(method: str, stage: str, item: dict[str, Any] | None, profile
     return " ".join(part for part in (method, stage, fields, f"[{profile}]") if part)
 
 
+def search_runs_frame(tracking_uri: str, **kwargs: Any):
+    """``mlflow.search_runs`` (a DataFrame) against ``tracking_uri`` without leaving it behind:
+    ``mlflow.set_tracking_uri`` also sets ``MLFLOW_TRACKING_URI`` in the process environment,
+    which would send every later run of this process (tests, ``repro run``) to that store."""
+    import os
+
+    import mlflow
+
+    previous_env = os.environ.get("MLFLOW_TRACKING_URI")
+    previous = mlflow.get_tracking_uri() if previous_env else None
+    mlflow.set_tracking_uri(tracking_uri)
+    try:
+        return mlflow.search_runs(**kwargs)
+    finally:
+        if previous_env is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+            mlflow.tracking._tracking_service.utils._tracking_uri = None
+        else:
+            mlflow.set_tracking_uri(previous)
+
+
 class Tracker:
     def __init__(self, project: Project):
         from mlflow import MlflowClient
