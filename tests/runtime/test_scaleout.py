@@ -113,6 +113,9 @@ def test_s3_data_root_remote_tracking_server_and_second_clone(s3, tracking, tmp_
     check_outputs_on_s3(s3, project, "t1")
     runs = server_runs(tracking.url)
     assert len(runs) == 5 and not (project.root / "mlflow.db").exists()
+    total = next(r for r in runs if tags(r).get("stage") == "total")
+    assert total["info"]["artifact_uri"].startswith("mlflow-artifacts:")      # proxied by the server
+    assert any(p.endswith("total.json") for p in s3.fs().find(f"{s3.bucket}/mlflow"))  # ... to S3
 
     # a second clone: dvc pull, every stage up to date, repro run executes nothing
     (project.root / ".gitignore").write_text("/.prefect\n")
@@ -136,11 +139,12 @@ def test_s3_data_root_remote_tracking_server_and_second_clone(s3, tracking, tmp_
 
 @pytest.mark.slow
 def test_cluster_places_fan_out_on_both_nodes(s3, tracking, tmp_path):
-    env = {**s3.env, "MLFLOW_TRACKING_URI": tracking.url}
     before = {r["info"]["run_id"] for r in server_runs(tracking.url)}
     started = time.time()
     cluster = RayCluster.start(s3.env, workers=1)   # the nodes carry their own credentials
     print(f"two-node cluster up: {time.time() - started:.1f}s")
+    # the driver's Prefect API listens on the head's address, not only on 127.0.0.1
+    env = {**s3.env, "MLFLOW_TRACKING_URI": tracking.url, "REPRO_DRIVER_HOST": cluster.nodes[0].ip}
     try:
         project = make_project(tmp_path / "proj", [M])
         started = time.time()

@@ -56,6 +56,7 @@ def total(cfg, ctx):
     _injected("total")
     parts = {k: sum(read_json(p / "squares.json")) for k, p in sorted(ctx.inputs["square"].items())}
     write_json_atomic(ctx.out_dir / "total.json", parts)
+    ctx.log_artifact(ctx.out_dir / "total.json")
     ctx.write_metrics({"total": float(sum(parts.values())), "n_parts": len(parts)})
 
 
