@@ -246,16 +246,10 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("method")
     compare.add_argument("--last", type=int, default=10, help="how many recent runs (default 10)")
     compare.add_argument("--metric", help="only metrics whose name contains this text")
-    compare.set_defaults(func=cmd_compare)
-
-    ui = sub.add_parser("ui", help="the MLflow UI on 127.0.0.1 over the project's tracking store")
-    ui.add_argument("--port", type=int, default=5000)
-    ui.set_defaults(func=cmd_ui)
-
     compare.add_argument("--runs", nargs="+", metavar="RUN_ID",
                          help="compare these runs (ids or unique prefixes) instead of the latest ones")
-    gen = sub.add_parser("gen", help="write every method's data/<m>/dvc.yaml from its declaration")
-    gen.set_defaults(func=cmd_gen)
+    compare.set_defaults(func=cmd_compare)
+
     rep = sub.add_parser("report", help="the reproduction scorecard (Markdown + HTML) from the tracked runs")
     rep.add_argument("methods", nargs="*", metavar="METHOD", help="default: every registered method")
     rep.add_argument("--profile", default="small", choices=["smoke", "small", "paper"],
@@ -265,6 +259,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="instead, regenerate the method table in README.md from CLAIMS.md and committed metrics")
     rep.set_defaults(func=cmd_report)
 
+    ui = sub.add_parser("ui", help="the MLflow UI on 127.0.0.1 over the project's tracking store")
+    ui.add_argument("--port", type=int, default=5000)
+    ui.set_defaults(func=cmd_ui)
+
+    gen = sub.add_parser("gen", help="write every method's data/<m>/dvc.yaml from its declaration")
+    gen.set_defaults(func=cmd_gen)
 
     sub.add_parser("index", help="collect every method's metrics into data/metrics_index.json "
                    "(the root dvc.yaml stage)").set_defaults(func=cmd_index)
