@@ -7,9 +7,10 @@ Values are keyed by stage instance: ``(stage, item_key or None) -> {metric key: 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
-from components.common.metrics import bootstrap_ci
+from components.common.metrics import summarize
 from flows.runtime.claims import Claims, Criterion
 from flows.runtime.dag import Method
 from flows.runtime.project import Project
@@ -31,20 +32,22 @@ class Summary:
     def values(self) -> list[float]:
         return list(self.by_item.values())
 
+    @cached_property
+    def stats(self) -> dict[str, float]:
+        """mean, std, n and the bootstrap CI, computed once (the CI resamples 10,000 times)."""
+        return summarize(self.values)
+
     @property
     def mean(self) -> float:
-        return sum(self.values) / len(self.values)
+        return self.stats["mean"]
 
     @property
     def std(self) -> float:
-        n = len(self.values)
-        if n < 2:
-            return 0.0
-        return (sum((v - self.mean) ** 2 for v in self.values) / (n - 1)) ** 0.5
+        return self.stats["std"]
 
     @property
     def ci(self) -> tuple[float, float]:
-        return bootstrap_ci(self.values)
+        return self.stats["ci_low"], self.stats["ci_high"]
 
     def text(self, digits: int = 4) -> str:
         if len(self.values) == 1:
