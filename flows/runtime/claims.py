@@ -32,6 +32,9 @@ class Criterion(BaseModel):
     passes_if: str
     measured: list[str] = []
     gated: bool = True
+    # premise: a property of the setting that must hold for the method to be tested at all;
+    # claim: the paper's claim; reported: a number shown beside the others, never a verdict
+    kind: Literal["premise", "claim", "reported"] = "claim"
 
     @field_validator("passes_if")
     @classmethod
