@@ -1,5 +1,7 @@
 """Stage compare: paired seed differences DAG-MoE vs the parameter-matched MoE and the pass
-criteria of CLAIMS.md (C1 wins in every seed, C2 mean relative gain, C3 OOD not worse)."""
+criteria of CLAIMS.md (C1 wins in every seed, C2 mean relative gain, C3 OOD not worse), plus the
+premise: the shared-expert baseline beats the plain MoE, i.e. the budget is enough for a change
+of the aggregation to show in the validation loss."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,7 +9,7 @@ import numpy as np
 from components.common.io import read_json, read_table, write_json_atomic
 from components.common.metrics import paired_difference
 
-TREATMENT, BASELINE = "dag_moe", "moe_shared"
+TREATMENT, BASELINE, PLAIN = "dag_moe", "moe_shared", "moe"
 SPLITS = ("val_id", "val_ood")
 
 
@@ -49,11 +51,36 @@ def judge(rows: list[dict], seeds: list[int], min_rel: float, ood_slack: float) 
     return out
 
 
+def paired_gain(rows: list[dict], seeds: list[int], better: str, worse: str, split: str) -> dict:
+    """Per-seed loss(worse) - loss(better) (positive: ``better`` has the lower loss)."""
+    a, b = losses_by_seed(rows, better, split), losses_by_seed(rows, worse, split)
+    missing = [s for s in seeds if s not in a or s not in b]
+    if missing:
+        raise ValueError(f"compare: seeds {missing} lack a {better} or {worse} run")
+    return paired_difference([b[s] for s in seeds], [a[s] for s in seeds])
+
+
+def against_plain_moe(rows: list[dict], seeds: list[int]) -> dict:
+    """Premise (shared expert vs plain MoE) and, reported only, DAG-MoE vs plain MoE; both on
+    validation loss. Empty when no plain-MoE run was trained (e.g. a two-variant smoke)."""
+    if not any(r["variant"] == PLAIN for r in rows):
+        return {}
+    out = {}
+    for name, better in (("shared", BASELINE), ("dag", TREATMENT)):
+        for split in SPLITS:
+            gain = paired_gain(rows, seeds, better, PLAIN, split)
+            out[f"{name}_vs_plain/{split}_gain_mean"] = gain["mean"]
+            out[f"{name}_vs_plain/{split}_gain_std"] = gain["std"]
+            out[f"{name}_vs_plain/{split}_wins"] = gain["wins"]
+    return out
+
+
 def compare_stage(cfg, ctx) -> None:
     table = read_table(ctx.inputs["evaluate"] / "evaluation.parquet").to_pylist()
     routing = read_json(ctx.inputs["analyze_routing"] / "routing.json")["summary"]
     result = judge(table, list(cfg.seeds), cfg.claims.min_mean_rel_improvement,
                    cfg.claims.ood_slack_nats)
+    result["against_plain_moe"] = against_plain_moe(table, list(cfg.seeds))
     result["routing"] = routing
     write_json_atomic(ctx.out_dir / "comparison.json", result)
     metrics = {k: (float(v) if isinstance(v, (bool, float, int)) else v)
@@ -63,4 +90,5 @@ def compare_stage(cfg, ctx) -> None:
         metrics[f"{split}/improvement_mean"] = paired["mean"]
         metrics[f"{split}/improvement_std"] = paired["std"]
         metrics[f"{split}/dag_moe_wins"] = paired["wins"]
+    metrics.update(result["against_plain_moe"])
     ctx.write_metrics(metrics)

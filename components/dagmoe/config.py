@@ -36,14 +36,11 @@ class Model(Section):
     d_graph: int = 24               # DAG-MoE low-rank width d_g
     dag_rounds: int = 2             # L
     vector_gate: bool = False       # scalar edge gate e_ij (the note is ambiguous; logged)
-    # True: block adds h + layer(ln h) and the DAG injects ln(h)/K (notes' default, so the FFN
-    # half adds two copies of the token). False: the DAG layer owns the residual and injects h/K.
-    outer_residual: bool = True
 
 
 class Train(Section):
-    variants: list[Literal["moe", "moe_shared", "dag_moe"]] = ["moe_shared", "dag_moe"]
-    steps: int = 500
+    variants: list[Literal["moe", "moe_shared", "dag_moe"]] = ["moe", "moe_shared", "dag_moe"]
+    steps: int = 800
     batch_size: int = 16
     lr: float = 3e-3
     warmup: int = 50
@@ -55,6 +52,8 @@ class Train(Section):
     threads: int = 1                # torch threads per run; runs are fanned out in parallel
     device: str = "cpu"
     log_every: int = 25
+    curve_every: int = 100          # validation-loss curve (in-domain) every this many steps
+    curve_tokens: int = 8_192       # tokens of val_id per curve point (a prefix of eval's)
 
 
 class Eval(Section):
@@ -70,7 +69,7 @@ class Claims(Section):
 
 
 class DagmoeConfig(MethodConfig):
-    seeds: list[int] = [0, 1, 2]
+    seeds: list[int] = [3, 4, 5]      # fresh: 0-2 ran the doubled-residual code; 100 = dev seed
     corpus: Corpus = Corpus()
     model: Model = Model()
     train: Train = Train()
@@ -81,7 +80,8 @@ class DagmoeConfig(MethodConfig):
         "seeds": [0],
         "corpus": {"vocab_size": 512, "max_train_chars": 400_000},
         "model": {"n_layers": 2},
-        "train": {"steps": 100, "warmup": 10, "log_every": 10},
+        "train": {"steps": 100, "warmup": 10, "log_every": 10, "curve_every": 30,
+                  "curve_tokens": 4_096},
         "eval": {"max_tokens": 8_000, "throughput_batches": 3},
     }
     # The paper's large tier (note: 699M params, d_g=256, L=2, 40B Pile tokens) needs GPUs and

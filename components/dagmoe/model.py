@@ -39,12 +39,10 @@ def build_model(variant: str, m, vocab_size: int) -> Decoder:
     """``m`` is the ``model`` config section (or anything with the same attributes)."""
     shape = DecoderShape(vocab_size=vocab_size, d_model=m.d_model, n_layers=m.n_layers,
                          n_heads=m.n_heads, context=m.context)
-    # outer_residual=False: DAG-MoE owns the residual path and injects the raw stream h/K into
-    # its nodes (the reading in which the injected token *is* the residual); the baselines keep
-    # the standard x + ffn(ln x) block either way.
-    ffn_residual = m.outer_residual or variant != "dag_moe"
+    # Every variant's MoE layer owns its block's residual path (called as ffn(ln h, residual=h)),
+    # so the three models share one block and differ only in the aggregation.
     return Decoder(shape, lambda _: MoELayer(moe_shape(m), make_aggregation(variant, m)),
-                   ffn_residual=ffn_residual)
+                   ffn_residual=False)
 
 
 def moe_layers(model: nn.Module) -> list[MoELayer]:

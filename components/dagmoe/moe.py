@@ -2,9 +2,14 @@
 turn the K selected expert outputs into one vector per token:
 
 - ``SumAggregation``: the standard gate-weighted sum (optionally plus an always-on shared expert).
-- ``DagAggregation``: DAG-MoE. The K gated outputs (each plus x/K) are nodes of a small graph;
-  L rounds of gated pairwise messages refine them, then they are summed. Each round's output
-  projection starts at zero, so at initialisation the layer is exactly sum_k g_k E_k(x) + x.
+- ``DagAggregation``: DAG-MoE. The K gated outputs (each plus h/K, a K-th of the residual
+  stream) are nodes of a small graph; L rounds of gated pairwise messages refine them, then they
+  are summed. Each round's output projection starts at zero.
+
+Every aggregation owns the residual path of its block: it is called with the normalised input
+``x = LN(h)`` and the stream ``h`` and returns the new stream. The DAG's injected token *is* the
+residual (the K shares sum to one copy of h), so no second copy is added; at initialisation a
+DAG-MoE layer therefore computes exactly h + sum_k g_k E_k(x), the plain MoE layer.
 """
 from __future__ import annotations
 
@@ -88,15 +93,14 @@ class Experts(nn.Module):
 
 
 class SumAggregation(nn.Module):
-    """y = sum_k g_k E_k(x) (+ shared(x) when the baseline gets a shared expert)."""
+    """h + sum_k g_k E_k(x) (+ shared(x) when the baseline gets a shared expert)."""
 
     def __init__(self, d_model: int, d_shared: int = 0):
         super().__init__()
         self.shared = MLP(d_model, d_shared) if d_shared > 0 else None
 
-    def forward(self, x, gates, expert_out, residual=None):
-        y = (gates.unsqueeze(-1) * expert_out).sum(dim=1)
-        y = y if residual is None else y + residual
+    def forward(self, x, gates, expert_out, residual):
+        y = residual + (gates.unsqueeze(-1) * expert_out).sum(dim=1)
         return y + self.shared(x) if self.shared is not None else y
 
 
@@ -145,12 +149,11 @@ class DagAggregation(nn.Module):
         self.top_k = top_k
         self.rounds = nn.ModuleList(DagRound(d_model, d_graph, vector_gate) for _ in range(rounds))
 
-    def forward(self, x, gates, expert_out, residual=None):
-        """``residual``: when the layer owns the block's residual path, the un-normalised stream
-        is injected instead of the layer input ``x`` (so at init the block is a plain MoE block)."""
-        token = x if residual is None else residual
-        # Layer-0 nodes carry token/K each so the injected token sums to exactly one copy.
-        nodes = gates.unsqueeze(-1) * expert_out + token.unsqueeze(1) / self.top_k
+    def forward(self, x, gates, expert_out, residual):
+        """``residual`` is the un-normalised stream h: each layer-0 node carries h/K, so the
+        injected token sums to exactly the one residual copy the block needs (a second copy on
+        top -- injecting LN(h)/K and adding h -- grows the stream by one unit RMS per layer)."""
+        nodes = gates.unsqueeze(-1) * expert_out + residual.unsqueeze(1) / self.top_k
         for dag_round in self.rounds:
             nodes = dag_round(nodes)
         return nodes.sum(dim=1)
@@ -170,11 +173,11 @@ class MoELayer(nn.Module):
         self.aux: dict[str, torch.Tensor] = {}
         self.stats: dict[str, torch.Tensor] = {}
 
-    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        """``x`` = LN(h) feeds the router and experts; ``residual`` = h; returns the new stream."""
         lead = x.shape[:-1]
         flat = x.reshape(-1, x.shape[-1])
-        if residual is not None:
-            residual = residual.reshape(-1, residual.shape[-1])
+        residual = residual.reshape(-1, residual.shape[-1])
         gates, experts, probs, self.aux = self.router(flat)
         y = self.aggregation(flat, gates, self.experts(flat, experts), residual=residual)
         if not self.training:

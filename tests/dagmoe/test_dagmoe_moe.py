@@ -57,14 +57,14 @@ def test_moe_layer_equals_naive_weighted_sum_and_keeps_router_gradient():
     torch.manual_seed(1)
     layer = MoELayer(SHAPE, SumAggregation(SHAPE.d_model))
     randomise(layer)
-    x = torch.randn(2, 7, SHAPE.d_model)
-    y = layer(x)
-    flat = x.reshape(-1, SHAPE.d_model)
+    x, h = torch.randn(2, 7, SHAPE.d_model), torch.randn(2, 7, SHAPE.d_model)
+    y = layer(x, residual=h)
+    flat, flat_h = x.reshape(-1, SHAPE.d_model), h.reshape(-1, SHAPE.d_model)
     probs = (flat @ layer.router.proj.weight.T).softmax(-1)
     for t in range(len(flat)):
         gates, ids = probs[t].topk(SHAPE.top_k)
-        ref = sum(g * (F.gelu(flat[t] @ layer.experts.w_in[e]) @ layer.experts.w_out[e])
-                  for g, e in zip(gates, ids))
+        ref = flat_h[t] + sum(g * (F.gelu(flat[t] @ layer.experts.w_in[e]) @ layer.experts.w_out[e])
+                              for g, e in zip(gates, ids))
         torch.testing.assert_close(y.reshape(-1, SHAPE.d_model)[t], ref, rtol=1e-5, atol=1e-6)
     y.sum().backward()  # gates stay in the graph, so the router learns from the LM loss
     assert layer.router.proj.weight.grad.abs().sum() > 0
@@ -93,14 +93,17 @@ def test_load_balance_loss_is_one_for_uniform_routing():
 
 
 # ---------------------------------------------------------------------------- DAG module
-def test_dag_moe_at_init_equals_weighted_sum_plus_token():
+def test_dag_moe_layer_at_init_is_the_plain_moe_layer():
+    """Zero up-projections: the K injected shares h/K add up to the one residual copy, so the
+    DAG-MoE layer returns h + sum_k g_k E_k(x), the plain MoE layer, and nothing more."""
     torch.manual_seed(2)
     plain = MoELayer(SHAPE, SumAggregation(SHAPE.d_model))
     dag = MoELayer(SHAPE, DagAggregation(SHAPE.d_model, SHAPE.top_k, d_graph=4, rounds=2))
     dag.router.load_state_dict(plain.router.state_dict())
     dag.experts.load_state_dict(plain.experts.state_dict())
-    x = torch.randn(3, 5, SHAPE.d_model)
-    torch.testing.assert_close(dag(x), plain(x) + x, rtol=0, atol=1e-6)
+    h = 3.0 * torch.randn(3, 5, SHAPE.d_model)  # a stream far from unit scale
+    x = F.layer_norm(h, (SHAPE.d_model,))
+    torch.testing.assert_close(dag(x, residual=h), plain(x, residual=h), rtol=0, atol=1e-6)
 
 
 def naive_dag_round(r: DagRound, nodes: torch.Tensor) -> torch.Tensor:
@@ -134,12 +137,13 @@ def test_permutation_symmetry_of_both_aggregations():
     torch.manual_seed(4)
     x, gates, outs = torch.randn(9, 16), torch.rand(9, 3), torch.randn(9, 3, 16)
     perm = torch.tensor([2, 0, 1])
+    h = torch.randn(9, 16)
     plain = SumAggregation(16)
-    torch.testing.assert_close(plain(x, gates, outs), plain(x, gates[:, perm], outs[:, perm]))
+    torch.testing.assert_close(plain(x, gates, outs, h), plain(x, gates[:, perm], outs[:, perm], h))
     dag = DagAggregation(16, top_k=3, d_graph=4, rounds=2)
     randomise(dag, seed=5)  # a non-zero W_up, as after training
-    torch.testing.assert_close(dag(x, gates, outs), dag(x, gates[:, perm], outs[:, perm]))
-    assert not torch.allclose(dag(x, gates, outs), plain(x, gates, outs) + x, atol=1e-3)
+    torch.testing.assert_close(dag(x, gates, outs, h), dag(x, gates[:, perm], outs[:, perm], h))
+    assert not torch.allclose(dag(x, gates, outs, h), plain(x, gates, outs, h), atol=1e-3)
 
 
 # ---------------------------------------------------------------------------- parameters
@@ -187,13 +191,39 @@ def test_training_loss_is_finite_and_decreases(variant):
     assert losses[-1] < 0.5 * losses[0]
 
 
-def test_dag_moe_owning_the_residual_is_a_plain_moe_model_at_init():
-    """outer_residual=False: the DAG injects the raw stream h/K, so at init the whole decoder
-    computes exactly what the plain MoE decoder with the same weights computes."""
-    cfg = tiny_model_config(outer_residual=False)
+def plain_moe_copy(dag_model: torch.nn.Module, cfg: Model, vocab_size: int) -> torch.nn.Module:
+    """The plain MoE decoder with the DAG-MoE decoder's weights (all but the DAG rounds)."""
+    plain = build_model("moe", cfg, vocab_size).eval()
+    plain.load_state_dict({k: v for k, v in dag_model.state_dict().items() if ".rounds." not in k})
+    return plain
+
+
+def test_dag_moe_model_at_init_has_the_plain_moe_logits():
+    """Regression test for the doubled residual: the default configuration, 3 blocks. Before
+    the fix the DAG injected LN(h)/K while the block also added h, so the logits differed."""
+    cfg = DagmoeConfig().model.model_copy(update={"n_layers": 3, "context": 16})
     torch.manual_seed(9)
-    dag, plain = build_model("dag_moe", cfg, 20).eval(), build_model("moe", cfg, 20).eval()
-    assert not dag.blocks[0].ffn_residual and build_model("moe_shared", cfg, 20).blocks[0].ffn_residual
-    plain.load_state_dict({k: v for k, v in dag.state_dict().items() if ".rounds." not in k})
+    dag = build_model("dag_moe", cfg, 50).eval()
+    idx = torch.randint(0, 50, (2, 16))
+    torch.testing.assert_close(dag(idx), plain_moe_copy(dag, cfg, 50)(idx), rtol=0, atol=1e-5)
+
+
+def test_dag_moe_residual_stream_does_not_grow_at_init():
+    """The symptom of the old bug: one extra unit-RMS copy of LN(h) per layer. At init the
+    DAG-MoE stream after every block has the plain MoE stream's RMS (the embeddings' ~0.03)."""
+    cfg = tiny_model_config(n_layers=3)
+    torch.manual_seed(10)
+    dag = build_model("dag_moe", cfg, 20).eval()
+    plain = plain_moe_copy(dag, cfg, 20)
     idx = torch.randint(0, 20, (2, 8))
-    torch.testing.assert_close(dag(idx), plain(idx), rtol=0, atol=1e-5)
+
+    def stream_rms(model):
+        h = model.tok_emb(idx) + model.pos_emb(torch.arange(8))
+        out = []
+        for block in model.blocks:
+            h = block(h)
+            out.append(h.pow(2).mean().sqrt().item())
+        return out
+
+    assert stream_rms(dag) == pytest.approx(stream_rms(plain), rel=1e-4)
+    assert max(stream_rms(dag)) < 0.2

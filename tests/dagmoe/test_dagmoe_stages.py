@@ -6,17 +6,18 @@ import torch
 
 from components.common.context import LocalContext
 from components.common.io import read_json, read_table, save_torch, write_json_atomic
-from components.dagmoe.compare import compare_stage, judge
+from components.dagmoe.compare import against_plain_moe, compare_stage, judge
 from components.dagmoe.config import DagmoeConfig
 from components.dagmoe.corpus import (ByteTokenizer, _docstrings_of, held_out,
                                       language_reference_texts, split_stdlib)
 from components.dagmoe.evaluate import analyze_routing_stage, evaluate_stage
-from components.dagmoe.train import random_windows, train_stage
+from components.dagmoe.train import curve_flatness, random_windows, train_stage
 
 TINY = {"seeds": [0, 1],
         "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "context": 8, "n_experts": 4,
                   "d_expert": 16, "d_graph": 4},
-        "train": {"steps": 6, "batch_size": 4, "warmup": 1, "log_every": 3},
+        "train": {"steps": 6, "batch_size": 4, "warmup": 1, "log_every": 3, "curve_every": 3,
+                  "curve_tokens": 80},
         "eval": {"max_tokens": 200, "batch_size": 8, "throughput_batches": 1}}
 
 
@@ -84,6 +85,28 @@ def test_judge_requires_every_seed_and_reports_criteria():
         judge(rows, [0, 1, 2, 3], 0.005, 0.002)
 
 
+def test_premise_compares_shared_expert_with_plain_moe_per_seed():
+    losses = {"moe": [3.0, 3.1, 3.2], "moe_shared": [2.9, 3.05, 3.25], "dag_moe": [2.8, 3.0, 3.1]}
+    rows = [{"variant": v, "seed": s, "val_id_loss": losses[v][s], "val_ood_loss": losses[v][s] + 1}
+            for v in losses for s in range(3)]
+    out = against_plain_moe(rows, [0, 1, 2])
+    assert out["shared_vs_plain/val_id_wins"] == 2  # seed 2: the shared expert is worse
+    assert out["shared_vs_plain/val_id_gain_mean"] == pytest.approx((0.1 + 0.05 - 0.05) / 3)
+    assert out["dag_vs_plain/val_ood_wins"] == 3
+    assert against_plain_moe([r for r in rows if r["variant"] != "moe"], [0, 1, 2]) == {}
+    with pytest.raises(ValueError, match="seeds"):
+        against_plain_moe(rows, [0, 1, 2, 3])
+
+
+def test_curve_flatness_measures_the_last_quarter():
+    records = [{"step": s, "train/val_id_loss": 5.0 - 0.01 * s} for s in range(100, 900, 100)]
+    out = curve_flatness(records, "train/val_id_loss")
+    # losses 4.0 (step 100) ... -1.0 (step 600 = 3/4 of 800) ... -3.0 (step 800)
+    assert out["val_curve_last_quarter_drop"] == pytest.approx(2.0)
+    assert out["val_curve_last_quarter_share"] == pytest.approx(2.0 / 7.0)
+    assert curve_flatness(records[:2], "train/val_id_loss") == {}
+
+
 def test_stages_chain_on_a_tiny_corpus(tmp_path, corpus_dir):
     cfg = DagmoeConfig.for_profile("smoke", TINY)
     runs = {}
@@ -95,12 +118,13 @@ def test_stages_chain_on_a_tiny_corpus(tmp_path, corpus_dir):
             train_stage(cfg, ctx)
             assert math.isfinite(ctx.summary["train_loss_final"])
             assert ctx.summary["param_gap_dag_vs_shared"] <= 0.05
+            assert [step for name, _, step, _ in ctx.history if name == "train/val_id_loss"] == [3, 6]
             runs[key] = ctx.out_dir
     inputs = {"build_corpus": corpus_dir, "train": runs}
     ev = LocalContext(out_dir=tmp_path / "evaluate", inputs=inputs)
     evaluate_stage(cfg, ev)
     table = read_table(ev.out_dir / "evaluation.parquet").to_pylist()
-    assert len(table) == 4 and all(math.isfinite(r["val_ood_loss"]) for r in table)
+    assert len(table) == 6 and all(math.isfinite(r["val_ood_loss"]) for r in table)
     an = LocalContext(out_dir=tmp_path / "analyze_routing", inputs=inputs)
     analyze_routing_stage(cfg, an)
     routing = read_json(an.out_dir / "routing.json")
@@ -110,7 +134,7 @@ def test_stages_chain_on_a_tiny_corpus(tmp_path, corpus_dir):
                        inputs={"evaluate": ev.out_dir, "analyze_routing": an.out_dir})
     compare_stage(cfg, cmp)
     assert set(cmp.summary) >= {"C1_wins_all_seeds_both_splits", "C2_mean_rel_improvement",
-                                "reproduced"}
+                                "reproduced", "shared_vs_plain/val_id_gain_mean"}
 
 
 def test_profiles_validate_and_paper_preflight_names_missing_input():
