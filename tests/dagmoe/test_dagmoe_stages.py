@@ -143,3 +143,16 @@ def test_profiles_validate_and_paper_preflight_names_missing_input():
     DagmoeConfig.for_profile("small").preflight()
     with pytest.raises(FileNotFoundError, match="corpus.train_files"):
         DagmoeConfig.for_profile("paper").preflight()
+
+
+def test_train_metrics_are_identical_for_the_same_params_and_seed(tmp_path, corpus_dir):
+    """Metrics files hold only what params + seed determine (timings go to MLflow only)."""
+    cfg = DagmoeConfig.for_profile("smoke", TINY)
+    summaries = []
+    for run in ("a", "b"):
+        torch.manual_seed(len(run) * 7 + ord(run))  # a different global RNG state must not matter
+        ctx = LocalContext(out_dir=tmp_path / run, inputs={"build_corpus": corpus_dir},
+                           item={"variant": "dag_moe", "seed": 1})
+        train_stage(cfg, ctx)
+        summaries.append(ctx.summary)
+    assert summaries[0] == summaries[1] and "seconds" not in summaries[0]
