@@ -1,7 +1,8 @@
 """selfsoup — "Self-Soupervision: Cooking Model Soups without Labels" (ICML 2026).
 
-stock (MAE) -> SSL ingredients (MAE, MoCoV3, MMCR, LeJEPA; clean pool and corrupted test) ->
-fine-tune -> uniform / greedy soups, label-free self-seasoning -> clean + corrupted evaluation.
+stock (MAE on natural-image crops) -> SSL ingredients (MAE, MoCoV3, MMCR, LeJEPA) on the digits
+task's unlabelled train + val images, and on its unlabelled corrupted test images -> fine-tune ->
+uniform / greedy soups, label-free self-seasoning -> clean + per-corruption evaluation.
 """
 from flows.runtime.dag import Method, Resources, Stage
 
@@ -15,14 +16,14 @@ METHOD = Method(
     config=f"{M}.config:SelfsoupConfig",
     stages=(
         Stage("prepare_data", f"{M}.data:prepare_data_stage", params=("data",),
-              description="Digits splits (pool / train / val / test) and corrupted test sets"),
+              description="Natural-image stock source; digits train / val / test; corrupted test sets"),
         Stage("pretrain_stock", f"{M}.ssl:pretrain_stock_stage", params=("data", "model", "stock"),
               deps=("prepare_data",), fan_out={"seed": "seeds"}, resources=ONE_CPU,
-              description="MAE stock on the unlabelled pool + linear-probe head init"),
+              description="MAE stock on the natural-image source + linear-probe head init"),
         Stage("inter_train", f"{M}.ssl:inter_train_stage", params=("data", "model", "inter_train"),
               deps=("prepare_data", "pretrain_stock"),
               fan_out={"ingredient": "inter_train.ingredients", "seed": "seeds"}, resources=ONE_CPU,
-              description="SSL ingredients on the clean unlabelled pool"),
+              description="SSL ingredients on the task's unlabelled train + val images"),
         Stage("inter_train_shift", f"{M}.ssl:inter_train_shift_stage",
               params=("data", "model", "inter_train", "robustness"),
               deps=("prepare_data", "pretrain_stock"),
@@ -34,8 +35,8 @@ METHOD = Method(
               fan_out={"model": "finetune.models", "seed": "seeds"}, resources=ONE_CPU,
               description="Label fine-tuning from stock / ingredient / self-soup, lr chosen on val"),
         Stage("soup", f"{M}.soup:soup_stage", params=("model", "inter_train"),
-              deps=("prepare_data", "fine_tune"), fan_out={"seed": "seeds"}, resources=ONE_CPU,
-              description="Uniform and greedy soups of the fine-tuned ingredients; loss barriers"),
+              deps=("prepare_data", "pretrain_stock", "fine_tune"), fan_out={"seed": "seeds"}, resources=ONE_CPU,
+              description="Uniform and greedy soups; weight distances and loss barriers on val"),
         Stage("self_season", f"{M}.season:self_season_stage", params=("model", "inter_train", "season"),
               deps=("prepare_data", "pretrain_stock", "inter_train"), fan_out={"seed": "seeds"},
               resources=ONE_CPU, description="Label-free mixing weights over stock + SSL ingredients"),
@@ -45,6 +46,6 @@ METHOD = Method(
         Stage("report", f"{M}.evaluate:report_stage",
               params=("seeds", "model", "inter_train", "finetune", "data", "criteria"),
               deps=("prepare_data", "fine_tune", "soup", "self_season", "evaluate"),
-              description="Pass criteria of CLAIMS.md over seeds"),
+              description="Premise checks (val) and pass criteria of CLAIMS.md over seeds"),
     ),
 )

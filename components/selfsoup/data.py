@@ -1,7 +1,11 @@
-"""Embedded data: sklearn's digits as a tiny image task, with locally-made corruptions.
+"""Embedded data: a natural-image source for the stock, sklearn's digits as the downstream task,
+and locally-made corruptions of the digits test split.
 
-Images are float32 in [0, 1], shape (N, 1, S, S). Corruptions follow the ImageNet-C recipes
-(noise, blur, contrast, brightness, pixelate) with severities 1-5, re-scaled for 16 px greys.
+Images are float32 in [0, 1], shape (N, 1, S, S). The stock is pre-trained on grey crops of the
+photographs bundled with scikit-image (no digit, no glyph in them): a source disjoint from and
+shifted against the downstream task, like ImageNet against VTAB in the paper. Corruptions follow
+the ImageNet-C recipes (noise, blur, contrast, brightness, pixelate, elastic) with severities 1-5,
+re-scaled for 16 px greys.
 """
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ import math
 import numpy as np
 import torch
 import torch.nn.functional as F
-from scipy.ndimage import gaussian_filter
+from scipy.ndimage import gaussian_filter, map_coordinates
 
 from components.common.io import load_torch, save_torch, write_json_atomic
 
@@ -23,7 +27,14 @@ SEVERITY = {
     "contrast": [0.4, 0.3, 0.2, 0.1, 0.05],            # contrast kept
     "brightness": [0.1, 0.2, 0.3, 0.4, 0.5],           # added intensity
     "pixelate": [0.75, 0.5, 0.4, 0.3, 0.25],           # resolution kept
+    "elastic": [0.4, 0.6, 0.8, 1.0, 1.3],              # displacement std (pixels)
 }
+ELASTIC_SMOOTHING = 2.0  # sigma (pixels) of the Gaussian that makes the displacement field smooth
+
+# photographs bundled with scikit-image (loaded offline); text.png / page.png are left out on
+# purpose: printed glyphs would make the source too close to digits
+SOURCE_PHOTOS = ["camera", "astronaut", "coffee", "chelsea", "coins", "moon", "rocket", "brick",
+                 "grass", "gravel", "hubble_deep_field", "cell"]
 
 
 def corrupt(images: np.ndarray, name: str, severity: int, rng: np.random.Generator) -> np.ndarray:
@@ -44,6 +55,8 @@ def corrupt(images: np.ndarray, name: str, severity: int, rng: np.random.Generat
         x = (x - mean) * c + mean
     elif name == "brightness":
         x = x + c
+    elif name == "elastic":
+        x = elastic(x, c, ELASTIC_SMOOTHING, rng)
     elif name == "pixelate":
         size = x.shape[-1]
         small = max(1, int(round(size * c)))
@@ -53,6 +66,50 @@ def corrupt(images: np.ndarray, name: str, severity: int, rng: np.random.Generat
     else:
         raise ValueError(f"unknown corruption {name!r}; known: {', '.join(SEVERITY)}")
     return np.clip(x, 0.0, 1.0).astype(np.float32)
+
+
+def smooth_field(shape: tuple[int, int], sigma: float, rng: np.random.Generator) -> np.ndarray:
+    """Gaussian-smoothed white noise, rescaled to unit standard deviation."""
+    field = gaussian_filter(rng.normal(size=shape), sigma, mode="wrap")
+    return field / field.std()
+
+
+def elastic(images: np.ndarray, amplitude: float, sigma: float, rng: np.random.Generator) -> np.ndarray:
+    """Warp each image by its own smooth random displacement field of std ``amplitude`` pixels
+    (bilinear resampling, edges repeated), as ImageNet-C's elastic transform does at 224 px."""
+    out = np.empty_like(images)
+    size = images.shape[-2:]
+    rows, cols = np.meshgrid(np.arange(size[0]), np.arange(size[1]), indexing="ij")
+    for i in range(images.shape[0]):
+        dy, dx = (amplitude * smooth_field(size, sigma, rng) for _ in range(2))
+        coords = [rows + dy, cols + dx]
+        for ch in range(images.shape[1]):
+            out[i, ch] = map_coordinates(images[i, ch], coords, order=1, mode="nearest")
+    return out
+
+
+def natural_crops(n: int, image_size: int, side_range: tuple[int, int], seed: int,
+                  photos: list[str] = SOURCE_PHOTOS) -> np.ndarray:
+    """n random square grey crops (side in pixels drawn from side_range) of the bundled photographs,
+    area-downsampled to image_size, each photo equally often, scaled to [0, 1]."""
+    import skimage.data
+    from skimage.color import rgb2gray
+
+    rng = np.random.default_rng(seed)
+    greys = []
+    for name in photos:
+        img = np.asarray(getattr(skimage.data, name)())
+        grey = rgb2gray(img) if img.ndim == 3 else img.astype(np.float64) / 255.0
+        greys.append(torch.from_numpy(np.asarray(grey, dtype=np.float32)))
+    crops = []
+    for i in range(n):
+        grey = greys[i % len(greys)]
+        side = int(rng.integers(side_range[0], side_range[1] + 1))
+        top = int(rng.integers(0, grey.shape[0] - side + 1))
+        left = int(rng.integers(0, grey.shape[1] - side + 1))
+        crop = grey[top:top + side, left:left + side][None, None]
+        crops.append(F.adaptive_avg_pool2d(crop, image_size)[0])
+    return torch.stack(crops).clamp(0, 1).numpy()
 
 
 def load_digits_images(image_size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -82,9 +139,11 @@ def prepare_data_stage(cfg, ctx) -> None:
         raise NotImplementedError("selfsoup: only the embedded digits source is implemented; "
                                   "the paper profile needs an ImageNet/mini-VTAB loader")
     images, labels = load_digits_images(d.image_size)
-    idx = split_indices(len(images), {"pool": d.n_pool, "train": d.n_train, "val": d.n_val}, d.split_seed)
+    idx = split_indices(len(images), {"train": d.n_train, "val": d.n_val}, d.split_seed)
     splits = {name: {"x": torch.from_numpy(images[i]), "y": torch.from_numpy(labels[i])} for name, i in idx.items()}
-    del splits["pool"]["y"]  # the pool is unlabelled: do not even store its labels
+    # the stock's pre-training source: no labels, no digits
+    source = natural_crops(d.n_source, d.image_size, tuple(d.source_crop_sides), d.source_seed)
+    splits["source"] = {"x": torch.from_numpy(source)}
     save_torch(ctx.out_dir / "splits.pt", splits)
 
     rng = np.random.default_rng(d.corruption_seed)
@@ -96,7 +155,7 @@ def prepare_data_stage(cfg, ctx) -> None:
         if key not in corrupted:
             corrupted[key] = torch.from_numpy(corrupt(test, name, d.shift_severity, rng))
     save_torch(ctx.out_dir / "corrupted_test.pt", corrupted)
-    sizes = {name: len(i) for name, i in idx.items()}
+    sizes = {name: len(i) for name, i in idx.items()} | {"source": len(source)}
     write_json_atomic(ctx.out_dir / "summary.json", {"sizes": sizes, "corrupted_sets": sorted(corrupted)})
     ctx.write_metrics({f"n_{name}": n for name, n in sizes.items()} | {"n_corrupted_sets": len(corrupted)})
 
@@ -107,6 +166,12 @@ def load_splits(data_dir) -> dict:
 
 def load_corrupted(data_dir) -> dict[str, torch.Tensor]:
     return load_torch(data_dir / "corrupted_test.pt")
+
+
+def downstream_unlabelled(splits: dict) -> torch.Tensor:
+    """The downstream task's train + val images without their labels: what the clean SSL
+    ingredients are inter-trained on (as the official code inter-trains on the task's images)."""
+    return torch.cat([splits["train"]["x"], splits["val"]["x"]])
 
 
 def shift_pool(data_dir, data_cfg) -> torch.Tensor:

@@ -62,9 +62,13 @@ def sigreg(z: torch.Tensor, num_slices: int = 256, generator: torch.Generator | 
 
 def lejepa_loss(views: torch.Tensor, lam: float, num_slices: int = 256,
                 generator: torch.Generator | None = None) -> torch.Tensor:
-    """(1 - lam) * view-prediction error + lam * SIGReg, for embeddings of V views (V, B, d)."""
+    """(1 - lam) * view-prediction error + lam * SIGReg, for embeddings of V views (V, B, d).
+
+    The invariance term is the squared distance to the view centroid averaged over views,
+    samples AND embedding dimensions, as in LeJEPA's minimal code: summing over the dimension
+    instead would weight it d times more and shrink the effective lam by that factor."""
     centre = views.mean(0, keepdim=True)
-    invariance = (views - centre).pow(2).sum(-1).mean()
+    invariance = (views - centre).pow(2).mean()
     regulariser = torch.stack([sigreg(v, num_slices, generator) for v in views]).mean()
     return (1 - lam) * invariance + lam * regulariser
 

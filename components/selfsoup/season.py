@@ -9,7 +9,7 @@ from torch.func import functional_call
 
 from components.common.io import load_torch, save_torch, write_json_atomic
 from components.common.soups import mix_stacked, stack_state_dicts, uniform_soup, weighted_soup
-from components.selfsoup.data import batches, load_splits
+from components.selfsoup.data import batches, downstream_unlabelled, load_splits
 from components.selfsoup.knn import knn_accuracy
 from components.selfsoup.losses import knn_neighbour_entropy
 from components.selfsoup.ssl import build_encoder, start
@@ -51,12 +51,14 @@ def self_season_stage(cfg, ctx) -> None:
     seed = ctx.item["seed"]
     start(seed)
     splits = load_splits(ctx.inputs["prepare_data"])
-    pool, train, test = splits["pool"]["x"], splits["train"], splits["test"]
+    # mixing weights are learned on the task's train + val images without labels; the labelled
+    # train split is only the kNN bank that scores the result on test
+    images, train, test = downstream_unlabelled(splits), splits["train"], splits["test"]
     names = ["stock"] + list(cfg.inter_train.ingredients)
     states = [load_torch(ctx.inputs["pretrain_stock"][str(seed)] / "encoder.pt")]
     states += [load_torch(ctx.inputs["inter_train"][f"{n}-{seed}"] / "encoder.pt") for n in names[1:]]
-    encoder = build_encoder(cfg.model, pool.shape[-1])
-    weights, history = learn_mixing_weights(encoder, states, pool, cfg.season, ctx)  # pool: no labels
+    encoder = build_encoder(cfg.model, images.shape[-1])
+    weights, history = learn_mixing_weights(encoder, states, images, cfg.season, ctx)
 
     s = cfg.season
     def knn_acc(state):

@@ -1,5 +1,6 @@
-"""Souping the fine-tuned ingredients: uniform soup, greedy soup (validation-ordered), and the
-midpoint loss barriers that say whether ingredients share a basin."""
+"""Souping the fine-tuned ingredients: uniform soup, greedy soup (validation-ordered), and the two
+premise measurements, both on validation data: pairwise weight distances (do the ingredients
+differ?) and midpoint loss barriers (do they share a basin?)."""
 from __future__ import annotations
 
 import itertools
@@ -35,11 +36,31 @@ def midpoint_barrier(cfg, a: dict, b: dict, x: torch.Tensor, y: torch.Tensor) ->
     return evaluate_state(cfg, interpolate(a, b, 0.5), x, y)["nll"] - sum(ends) / 2
 
 
+def weight_distance(a: dict, b: dict) -> float:
+    """L2 distance between two state dicts over their floating-point entries."""
+    return float(sum((a[k].double() - b[k].double()).pow(2).sum() for k in a if a[k].is_floating_point()) ** 0.5)
+
+
+def weight_norm(state: dict) -> float:
+    return weight_distance(state, {k: torch.zeros_like(v) for k, v in state.items()})
+
+
+def start_state(stock_dir) -> dict:
+    """Where every fine-tune of a seed starts from in parameter space: stock encoder + probe head."""
+    encoder = {f"encoder.{k}": v for k, v in load_torch(stock_dir / "encoder.pt").items()}
+    return encoder | {f"head.{k}": v for k, v in load_torch(stock_dir / "head_init.pt").items()}
+
+
+def pairwise(names: list[str], states: list[dict], measure) -> dict[str, float]:
+    return {f"{names[i]}__{names[j]}": measure(states[i], states[j])
+            for i, j in itertools.combinations(range(len(names)), 2)}
+
+
 def soup_stage(cfg, ctx) -> None:
     seed = ctx.item["seed"]
     start(seed)
     splits = load_splits(ctx.inputs["prepare_data"])
-    val, test = splits["val"], splits["test"]
+    val = splits["val"]
     names = list(cfg.inter_train.ingredients)
     dirs = [ctx.inputs["fine_tune"][f"{n}-{seed}"] for n in names]
     states = [load_torch(d / "model.pt") for d in dirs]
@@ -51,12 +72,14 @@ def soup_stage(cfg, ctx) -> None:
     for soup_name, state in soups.items():
         save_torch(ctx.out_dir / f"{soup_name}.pt", state)
 
-    # barriers are a diagnostic (nothing is selected on them), measured on test
-    barriers = {f"{names[i]}__{names[j]}": midpoint_barrier(cfg, states[i], states[j], test["x"], test["y"])
-                for i, j in itertools.combinations(range(len(names)), 2)}
-    summary = {"greedy_kept": [names[i] for i in kept], "barriers": barriers}
+    # premise measurements: validation data and weights only, never test
+    barriers = pairwise(names, states, lambda a, b: midpoint_barrier(cfg, a, b, val["x"], val["y"]))
+    scale = weight_norm(start_state(ctx.inputs["pretrain_stock"][str(seed)]))
+    distances = pairwise(names, states, lambda a, b: weight_distance(a, b) / scale)
+    summary = {"greedy_kept": [names[i] for i in kept], "barriers": barriers, "distances": distances}
     write_json_atomic(ctx.out_dir / "soup.json", summary)
     metrics = {f"{k}_val_acc": evaluate_state(cfg, s, val["x"], val["y"])["acc"] for k, s in soups.items()}
     if barriers:
-        metrics |= {"barrier_mean": sum(barriers.values()) / len(barriers), "barrier_max": max(barriers.values())}
+        metrics |= {"barrier_mean": sum(barriers.values()) / len(barriers), "barrier_max": max(barriers.values()),
+                    "distance_min": min(distances.values()), "distance_mean": sum(distances.values()) / len(distances)}
     ctx.write_metrics(metrics | {"greedy_n_kept": len(kept)})

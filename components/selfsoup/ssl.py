@@ -13,7 +13,7 @@ from components.common.io import load_torch, save_torch
 from components.common.seeds import seed_everything
 from components.common.train import fit, make_optimizer
 from components.selfsoup import losses
-from components.selfsoup.data import augment, batches, load_splits, shift_pool
+from components.selfsoup.data import augment, batches, downstream_unlabelled, load_splits, shift_pool
 from components.selfsoup.knn import knn_accuracy
 from components.selfsoup.vit import Encoder, MAEDecoder, embed, mlp, patchify
 
@@ -129,12 +129,12 @@ def pretrain_stock_stage(cfg, ctx) -> None:
     seed = ctx.item["seed"]
     start(seed)
     splits = load_splits(ctx.inputs["prepare_data"])
-    pool = splits["pool"]["x"]
-    encoder = build_encoder(cfg.model, pool.shape[-1])
+    source = splits["source"]["x"]  # natural-image crops: no digit is ever seen by the stock
+    encoder = build_encoder(cfg.model, source.shape[-1])
     decoder = build_decoder(cfg.model, encoder)
     s = cfg.stock
     learner = MAE(encoder, decoder, s.mask_ratio, aug=None)  # plain MAE, no view augmentation
-    records = train_ssl(learner, pool, steps=s.steps, batch=s.batch, lr=s.lr, head_lr=s.lr,
+    records = train_ssl(learner, source, steps=s.steps, batch=s.batch, lr=s.lr, head_lr=s.lr,
                         weight_decay=s.weight_decay, warmup_frac=0.05, ctx=ctx, prefix="stock")
     train, val = splits["train"], splits["val"]
     head = linear_probe_head(embed(encoder, train["x"]).numpy(), train["y"].numpy(), s.probe_c,
@@ -165,14 +165,17 @@ def _inter_train(cfg, ctx, images: torch.Tensor, steps: int, prefix: str) -> Non
     records = train_ssl(learner, images, steps=steps, batch=it.batch, lr=recipe.lr, head_lr=it.head_lr,
                         weight_decay=it.weight_decay, warmup_frac=it.warmup_frac, ctx=ctx, prefix=prefix)
     save_torch(ctx.out_dir / "encoder.pt", encoder.state_dict())  # heads are discarded
+    train, val = (load_splits(ctx.inputs["prepare_data"])[k] for k in ("train", "val"))
     ctx.write_metrics({"final_loss": records[-1][f"{prefix}/loss"] if records else float("nan"),
-                       "algo": recipe.algo})
+                       "algo": recipe.algo,  # label-free diagnostic of the representation, on val
+                       "knn_val_acc": knn_accuracy(embed(encoder, train["x"]), train["y"],
+                                                   embed(encoder, val["x"]), val["y"])})
 
 
 def inter_train_stage(cfg, ctx) -> None:
-    """Ingredient from the clean unlabelled pool."""
-    pool = load_splits(ctx.inputs["prepare_data"])["pool"]["x"]
-    _inter_train(cfg, ctx, pool, cfg.inter_train.steps, prefix="ssl")
+    """Ingredient from the downstream task's clean train + val images (labels never read)."""
+    images = downstream_unlabelled(load_splits(ctx.inputs["prepare_data"]))
+    _inter_train(cfg, ctx, images, cfg.inter_train.steps, prefix="ssl")
 
 
 def inter_train_shift_stage(cfg, ctx) -> None:

@@ -76,8 +76,21 @@ def test_lejepa_loss_terms():
     reg = torch.stack([losses.sigreg(v, 16, gen) for v in views]).mean()
     assert torch.allclose(losses.lejepa_loss(views, 0.3, 16, torch.Generator().manual_seed(3)), 0.3 * reg, rtol=1e-5)
     noisy = views + torch.randn(4, 64, 8, generator=g)
-    inv = (noisy - noisy.mean(0)).pow(2).sum(-1).mean()
+    inv = (noisy - noisy.mean(0)).pow(2).mean()
     assert torch.allclose(losses.lejepa_loss(noisy, 0.0), inv)
+
+
+def test_lejepa_invariance_is_a_mean_over_the_embedding_dimension():
+    """Hand-computed: 2 views of 1 sample in d = 4. The centroid is (1, 1, 0, 0); every one of the
+    8 coordinates is 1 away from it, except the last two of both views (0 away): mean = 4/8.
+    LeJEPA's minimal code takes this mean; a sum over d would give 2.0 (d times more)."""
+    views = torch.tensor([[[0.0, 2.0, 0.0, 0.0]], [[2.0, 0.0, 0.0, 0.0]]])   # (V=2, B=1, d=4)
+    assert losses.lejepa_loss(views, 0.0).item() == 0.5
+    # with lam the invariance keeps weight (1 - lam), whatever d is
+    gen = torch.Generator().manual_seed(0)
+    regulariser = torch.stack([losses.sigreg(v, 4, gen) for v in views]).mean().item()
+    total = losses.lejepa_loss(views, 0.25, 4, torch.Generator().manual_seed(0)).item()
+    assert math.isclose(total, 0.75 * 0.5 + 0.25 * regulariser, rel_tol=1e-6)
 
 
 def test_info_nce_matches_manual_cross_entropy():

@@ -18,16 +18,22 @@ def test_selfsoup_smoke_end_to_end(tmp_path):
     models = {"stock", "mae_lr1", "moco_t0p1", "selfsoup_clean", "selfsoup_shift", "uniform_soup", "greedy_soup"}
     assert set(table.model) == models
     assert table.acc.between(0, 1).all() and table.nll.map(math.isfinite).all()
-    # clean + 7 corruptions x severities {1, 5} (+ the shift sets at severity 3)
-    assert set(table[table.model == "stock"].set) >= {"clean", "gaussian_noise_1", "pixelate_5", "contrast_3"}
+    # clean + 8 corruptions x severities {1, 5} (+ the shift sets at severity 3)
+    assert set(table[table.model == "stock"].set) >= {"clean", "gaussian_noise_1", "pixelate_5", "contrast_3",
+                                                      "elastic_1", "elastic_5"}
 
     season = read_json(result.out("selfsoup", "self_season", "0") / "season.json")
     assert abs(sum(season["weights"].values()) - 1) < 1e-6
 
     report = read_json(result.out("selfsoup", "report") / "report.json")
-    assert {"a", "b", "c", "d"} <= report.keys()
+    assert {"premise", "a", "c", "d", "per_corruption"} <= report.keys()
+    assert len(report["per_corruption"]) == 8
     metrics = result.metrics("selfsoup", "report")
     assert all(isinstance(metrics[f"pass_{c}"], bool) for c in "abcd")
+    # (the different-init control barrier needs two seeds; smoke has one)
+    for key in ("premise_distance_min", "premise_barrier_mean", "premise_ingredient_minus_stock_val_min",
+                "acc_elastic_selfsoup_shift", "shift_minus_selfsoup_clean_shift_sets"):
+        assert math.isfinite(metrics[key]), key
 
 
 @pytest.mark.smoke
@@ -41,6 +47,25 @@ def test_selfsoup_stage_functions_chain_with_local_context(tmp_path):
     summaries = run_chain(METHOD, SelfsoupConfig.for_profile("smoke"), tmp_path)
     assert summaries["fine_tune/selfsoup_shift-0"]["val_acc"] >= 0
     assert abs(sum(v for k, v in summaries["self_season/0"].items() if k.startswith("weight_")) - 1) < 1e-6
-    assert {"pass_a", "pass_b", "pass_c", "pass_d"} <= summaries["report"].keys()
+    assert {"pass_a", "pass_b", "pass_c", "pass_d", "premise_barrier_mean"} <= summaries["report"].keys()
     table = read_table(tmp_path / "evaluate" / "0" / "metrics.parquet").to_pandas()
     assert table.acc.between(0, 1).all()
+    _premises_never_read_test(METHOD, SelfsoupConfig.for_profile("smoke"), tmp_path)
+
+
+def _premises_never_read_test(method, config, root):
+    """The soup stage's premise measurements (distances, barriers) run with the test split
+    removed from the data; they used to be measured on test."""
+    from components.common.context import LocalContext
+    from components.common.io import load_torch, save_torch
+    from flows.runtime.dag import DeclaredParams
+
+    splits = load_torch(root / "prepare_data" / "out" / "splits.pt")
+    del splits["test"]
+    save_torch(root / "no_test" / "splits.pt", splits)
+    stage = next(s for s in method.stages if s.name == "soup")
+    inputs = {"prepare_data": root / "no_test", "pretrain_stock": {"0": root / "pretrain_stock" / "0"},
+              "fine_tune": {p.name: p for p in (root / "fine_tune").iterdir()}}
+    ctx = LocalContext(out_dir=root / "soup_without_test", inputs=inputs, item={"seed": 0})
+    stage.load()(DeclaredParams(config, stage.params, "soup"), ctx)
+    assert ctx.summary["barrier_mean"] == read_json(root / "soup" / "0" / "soup.json")["barriers"]["mae_lr1__moco_t0p1"]
