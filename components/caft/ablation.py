@@ -38,20 +38,27 @@ def _output_hook(q: torch.Tensor):
     return hook
 
 
+def _input_hook(q: torch.Tensor):
+    def hook(_module, args):
+        return (project_out(args[0], q), *args[1:])
+
+    return hook
+
+
 @contextmanager
 def ablation_hooks(model: UpperClassifier, bases: dict[int, torch.Tensor]) -> Iterator[list]:
     """Attach projection hooks on the residual stream after the given MiniLM layers.
 
-    A basis for the layer just below the trainable blocks (``model.first - 1``) is applied to
-    the cached input; the others are forward hooks on block outputs. Everything is removed on
-    exit, even after an exception, so evaluation always sees the plain model.
+    A basis for the layer just below the trainable blocks (``model.first - 1``, the cached
+    frozen output) is a forward pre-hook on the first trainable block; the others are forward
+    hooks on block outputs. Everything is removed on exit, even after an exception, so
+    evaluation always sees the plain model.
     """
     handles = []
-    input_hooks_before = list(model.input_hooks)
     try:
         for layer, q in bases.items():
             if layer == model.first - 1:
-                model.input_hooks.append(lambda h, q=q: project_out(h, q))
+                handles.append(model.blocks[0].register_forward_pre_hook(_input_hook(q)))
             elif layer in model.layer_ids:
                 block = model.blocks[model.layer_ids.index(layer)]
                 handles.append(block.register_forward_hook(_output_hook(q)))
@@ -61,8 +68,7 @@ def ablation_hooks(model: UpperClassifier, bases: dict[int, torch.Tensor]) -> It
     finally:
         for handle in handles:
             handle.remove()
-        model.input_hooks[:] = input_hooks_before
 
 
 def has_hooks(model: UpperClassifier) -> bool:
-    return bool(model.input_hooks) or any(b._forward_hooks for b in model.blocks)
+    return any(b._forward_hooks or b._forward_pre_hooks for b in model.blocks)

@@ -25,13 +25,15 @@ def cache_lower_stage(cfg, ctx) -> None:
         h = encode_lower(ids, mask, upto=cfg.model.frozen_layers - 1, base=base)
         cache[split] = {"h": h.half(), "mask": mask.bool(), "text": rows["text"],
                         "a": torch.tensor(rows["a"]), "b": torch.tensor(rows["b"])}
+        if "heldout" in rows:  # the probe split's fit / held-out marks
+            cache[split]["heldout"] = torch.tensor(rows["heldout"])
         ctx.progress(i + 1, len(SPLITS), f"cached {split}")
     save_torch(ctx.out_dir / "cache.pt", cache)
     ctx.write_metrics({"n_tokens": int(sum(c["mask"].sum() for c in cache.values()))})
 
 
 def load_cache(stage_dir) -> dict[str, dict]:
-    """{split: {h (float32), mask, text, a, b}} from the cache_lower stage output."""
+    """{split: {h (float32), mask, text, a, b[, heldout]}} from the cache_lower stage output."""
     cache = load_torch(Path(stage_dir) / "cache.pt")
     for split in cache.values():
         split["h"] = split["h"].float()

@@ -5,9 +5,12 @@ explicit sentiment words (spurious concept B: positive=1 vs negative=0). It is o
 reduction of the paper's double multiple choice: the two classes are the two answer options,
 option 1 = "animal" for question A and "positive" for question B.
 - train / val (in-distribution): B == A in every example, so the label is ambiguous.
+- val_ood: B == 1 - A, a validation split used only to check the premise (standard fine-tuning
+  follows B); nothing is selected or trained on it.
 - test_ood: B == 1 - A; the label follows A, so a model that learned B scores 0 on it.
-- probe: neutral single-concept sentences (A-only or B-only) used to interpret directions;
-  different templates from the task, and never the OOD test prompts.
+- probe: neutral single-concept sentences (A-only or B-only) from which the ablated subspace is
+  chosen; different templates from the task, never the OOD prompts. A fixed 40 % of them
+  (``heldout``) only judge whether a concept is still decodable.
 """
 from __future__ import annotations
 
@@ -39,10 +42,15 @@ TASK_TEMPLATES = (
     "a {s0} morning: the {n} from the {p}, simply {s1}.",
 )
 PROBE_A_TEMPLATES = (
-    "there is a {n} next to the {p}.",
-    "she mentioned the {n} in the {p} yesterday.",
-    "a {n} was listed in the {p} inventory.",
+    "there is a {d} {n} next to the {p}.",
+    "she mentioned the {d} {n} in the {p} yesterday.",
+    "a {d} {n} was listed in the {p} inventory.",
+    "he pointed at the {d} {n} near the {p}.",
+    "the {d} {n} stayed in the {p} all week.",
+    "someone moved a {d} {n} into the {p}.",
 )
+# sentiment-free descriptors, so that A-only probe sentences are many and distinct
+DESCRIPTORS = "small large old young grey brown black white striped spotted".split()
 PROBE_B_TEMPLATES = (
     "the afternoon in the {p} was {s0} and {s1}.",
     "everything about the {p} today felt {s0}, {s1}.",
@@ -77,21 +85,30 @@ def task_split(rng: np.random.Generator, n: int, correlated: bool, seen: set[str
     return rows
 
 
-def probe_split(rng: np.random.Generator, n: int) -> dict[str, list]:
-    """n/2 A-only sentences (b = -1) and n/2 B-only sentences (a = -1), balanced labels."""
-    rows = {"text": [], "a": [], "b": [], "concept": []}
-    for i in range(n):
+def probe_split(rng: np.random.Generator, n: int, seen: set[str]) -> dict[str, list]:
+    """n/2 A-only sentences (b = -1) and n/2 B-only sentences (a = -1), balanced labels.
+    Blocks of four (both concepts, both values) alternate 3:2 between fit and held-out, so both
+    parts stay balanced."""
+    rows = {"text": [], "a": [], "b": [], "concept": [], "heldout": []}
+    while len(rows["text"]) < n:
+        i = len(rows["text"])
         value = (i // 2) % 2
         place = str(rng.choice(PLACES))
         if i % 2 == 0:
             noun = str(rng.choice(ANIMALS if value else TOOLS))
-            text = PROBE_A_TEMPLATES[rng.integers(len(PROBE_A_TEMPLATES))].format(n=noun, p=place)
+            template = PROBE_A_TEMPLATES[rng.integers(len(PROBE_A_TEMPLATES))]
+            text = template.format(n=noun, p=place, d=str(rng.choice(DESCRIPTORS)))
             a, b, concept = value, -1, "A"
         else:
             template = PROBE_B_TEMPLATES[rng.integers(len(PROBE_B_TEMPLATES))]
             text = template.format(p=place, **_sentiment(rng, value, 2))
             a, b, concept = -1, value, "B"
-        for key, val in (("text", text), ("a", a), ("b", b), ("concept", concept)):
+        if text in seen:  # a duplicate across fit and held-out would flatter decodability
+            continue
+        seen.add(text)
+        heldout = (i // 4) % 5 >= 3
+        for key, val in (("text", text), ("a", a), ("b", b), ("concept", concept),
+                         ("heldout", heldout)):
             rows[key].append(val)
     return rows
 
@@ -102,12 +119,13 @@ def build_splits(n_train: int, n_val: int, n_test: int, n_probe: int, seed: int)
     return {
         "train": task_split(rng, n_train, correlated=True, seen=seen),
         "val": task_split(rng, n_val, correlated=True, seen=seen),
+        "val_ood": task_split(rng, n_val, correlated=False, seen=seen),
         "test_ood": task_split(rng, n_test, correlated=False, seen=seen),
-        "probe": probe_split(rng, n_probe),
+        "probe": probe_split(rng, n_probe, seen),
     }
 
 
-SPLITS = ("train", "val", "test_ood", "probe")
+SPLITS = ("train", "val", "val_ood", "test_ood", "probe")
 
 
 def build_data_stage(cfg, ctx) -> None:

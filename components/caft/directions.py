@@ -1,19 +1,16 @@
-"""Finding concept directions: PCA of how standard fine-tuning moved the residual stream.
+"""The paper's direction finder: PCA of how standard fine-tuning moved the residual stream.
 
-Both the base model and the standard-fine-tuned model read the same (ambiguous) training
-prompts; at each chosen layer we take the per-token activation difference ft - base over
-real tokens, centre it and keep its top principal components. These PCs are candidates for
-the concepts fine-tuning picked up (the intended one, the spurious one, or neither).
+Both the base and the standard-fine-tuned model read the same prompts; the per-token activation
+differences ft - base at a layer are centred and their top principal components are candidate
+concept directions. The small profile no longer uses it (its 2026-11-30 run showed that the
+PCs it selected left sentiment fully decodable; see CLAIMS.md History): the subspace is chosen
+on the probe set instead (``subspace.py``). Kept, with its test, for the paper profile.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 
-from components.caft.cache import load_cache
-from components.caft.minilm import UpperClassifier, build_upper
-from components.common.io import load_torch, save_torch
+from components.caft.minilm import UpperClassifier
 
 
 @torch.no_grad()
@@ -41,21 +38,3 @@ def pca(x: torch.Tensor, n: int) -> dict[str, torch.Tensor]:
     signs = torch.sign(pcs.gather(1, pcs.abs().argmax(1, keepdim=True)))
     var = s**2
     return {"pcs": (pcs * signs).float(), "var_ratio": (var[:n] / var.sum()).float(), "mean": mean.float()}
-
-
-def find_directions_stage(cfg, ctx) -> None:
-    seed = ctx.item["seed"]
-    cache = load_cache(ctx.inputs["cache_lower"])
-    first, layers = cfg.model.frozen_layers, list(cfg.directions.layers)
-    ft = build_upper(first, seed)
-    ft.load_state_dict(load_torch(Path(ctx.inputs["pretune"][str(seed)]) / "model.pt"))
-    base = build_upper(first, seed)  # head unused: only the residual stream is read
-    acts_ft = residuals_at(ft, cache["train"], layers)
-    acts_base = residuals_at(base, cache["train"], layers)
-    directions = {}
-    for layer in layers:
-        directions[layer] = pca(acts_ft[layer] - acts_base[layer], cfg.directions.n_pcs)
-        ctx.log_metric(f"var_ratio_top1/layer{layer}", float(directions[layer]["var_ratio"][0]))
-    save_torch(ctx.out_dir / "directions.pt", directions)
-    ctx.write_metrics({f"var_explained_top{cfg.directions.n_pcs}/layer{layer}":
-                       float(d["var_ratio"].sum()) for layer, d in directions.items()})

@@ -24,7 +24,6 @@ class UpperClassifier(nn.Module):
         self.first = first
         self.blocks = nn.ModuleList(blocks)
         self.head = nn.Linear(HIDDEN, n_classes)
-        self.input_hooks: list = []   # callables applied to the cached input (layer first-1)
 
     @property
     def layer_ids(self) -> list[int]:
@@ -32,8 +31,6 @@ class UpperClassifier(nn.Module):
 
     def residuals(self, h: torch.Tensor, mask: torch.Tensor) -> dict[int, torch.Tensor]:
         """Residual stream after each trainable layer (hooks applied), keyed by MiniLM layer."""
-        for hook in self.input_hooks:
-            h = hook(h)
         outs = {}
         for idx, block in zip(self.layer_ids, self.blocks):
             h = block(h, mask)

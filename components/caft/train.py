@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from components.caft.ablation import ablation_hooks, has_hooks, orthonormal_basis
 from components.caft.cache import load_cache
 from components.caft.minilm import UpperClassifier, build_upper
-from components.common.io import load_torch, read_json, save_torch, write_json_atomic
+from components.common.io import load_torch, save_torch, write_json_atomic
 from components.common.seeds import seed_everything
 from components.common.train import fit
 
@@ -67,11 +67,14 @@ def predict(model: UpperClassifier, split: dict, batch: int = 256) -> torch.Tens
 
 def evaluate(model: UpperClassifier, cache: dict) -> dict[str, float]:
     """ID accuracy (val), OOD accuracy on the intended concept, and the rate of following the
-    spurious concept on OOD (= 1 - OOD accuracy, since B = 1 - A there)."""
+    spurious concept on OOD (= 1 - OOD accuracy, since B = 1 - A there). The decorrelated
+    validation split only serves the premise check (does standard fine-tuning follow B?)."""
     assert not has_hooks(model)
     val_pred, ood_pred = predict(model, cache["val"]), predict(model, cache["test_ood"])
+    val_ood_pred = predict(model, cache["val_ood"])
     return {
         "id_acc": float((val_pred == cache["val"]["a"]).float().mean()),
+        "val_ood_intended_acc": float((val_ood_pred == cache["val_ood"]["a"]).float().mean()),
         "ood_intended_acc": float((ood_pred == cache["test_ood"]["a"]).float().mean()),
         "ood_spurious_rate": float((ood_pred == cache["test_ood"]["b"]).float().mean()),
     }
@@ -91,35 +94,38 @@ def pretune_stage(cfg, ctx) -> None:
     _finish(ctx, model, {"seed": seed, **evaluate(model, cache)})
 
 
-def variant_directions(variant: str, directions: dict, selected: dict[str, list[int]],
+def n_directions(k_star: int, percent: int) -> int:
+    """Directions kept at one point of the k sweep: the first ceil(percent % of k*)."""
+    return math.ceil(k_star * percent / 100)
+
+
+def variant_directions(variant: str, subspace: dict[int, torch.Tensor], percent: int,
                        seed: int) -> dict[int, torch.Tensor]:
-    """layer -> k x d directions to ablate. All variants use the same k per layer as the
-    interpreted selection, so they differ only in *which* directions are removed."""
+    """layer -> directions to ablate at one point of the sweep. ``caft`` takes the first
+    directions of the probe-chosen subspace; ``random`` draws as many Gaussian directions per
+    layer, so the two differ only in *which* directions are removed."""
+    gen = torch.Generator().manual_seed(10_000 * (seed + 1) + percent)
     out = {}
-    gen = torch.Generator().manual_seed(10_000 + seed)
-    for layer_key, idx in selected.items():
-        layer, pcs = int(layer_key), directions[int(layer_key)]["pcs"]
-        if not idx:
+    for layer, directions in sorted(subspace.items()):
+        k = n_directions(len(directions), percent)
+        if k == 0:
             continue
         if variant == "caft":
-            out[layer] = pcs[idx]
-        elif variant == "top_pc":
-            out[layer] = pcs[:len(idx)]
+            out[layer] = directions[:k]
         elif variant == "random":
-            out[layer] = torch.randn(len(idx), pcs.shape[1], generator=gen)
+            out[layer] = torch.randn(k, directions.shape[1], generator=gen)
         else:
-            raise ValueError(f"unknown caft variant {variant!r} (caft, random, top_pc)")
+            raise ValueError(f"unknown caft variant {variant!r} (caft, random)")
     return out
 
 
 def caft_train_stage(cfg, ctx) -> None:
-    variant, seed = ctx.item["variant"], ctx.item["seed"]
-    key = str(seed)
+    variant, percent, seed = ctx.item["variant"], ctx.item["percent"], ctx.item["seed"]
     cache = load_cache(ctx.inputs["cache_lower"])
-    directions = load_torch(Path(ctx.inputs["find_directions"][key]) / "directions.pt")
-    selected = read_json(Path(ctx.inputs["interpret"][key]) / "selected.json")
-    dirs = variant_directions(variant, directions, selected, seed)
+    subspace = load_torch(Path(ctx.inputs["concept_subspace"]) / "subspace.pt")
+    dirs = variant_directions(variant, subspace, percent, seed)
     bases = {layer: orthonormal_basis(v) for layer, v in dirs.items()}
     model = finetune(cache["train"], cfg.train, cfg.model.frozen_layers, seed, bases, ctx)
     k = sum(b.shape[1] for b in bases.values())
-    _finish(ctx, model, {"seed": seed, "variant": variant, "k": k, **evaluate(model, cache)})
+    _finish(ctx, model, {"seed": seed, "variant": variant, "percent": percent, "k": k,
+                         **evaluate(model, cache)})

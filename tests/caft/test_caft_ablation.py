@@ -47,8 +47,8 @@ def test_hooks_ablate_residual_stream_during_training_only():
     mask[1, 6:] = 0
     bases = {3: _basis(4, 1), 4: _basis(3, 2), 5: _basis(2, 3)}  # layer 3 = the cached input
     clean = model(h, mask)
-    seen = {}
-    model.blocks[0].register_forward_pre_hook(lambda m, args: seen.__setitem__("in", args[0]))
+    seen = {}  # what block 4 actually receives (a forward hook sees the pre-hooked input)
+    probe = model.blocks[0].register_forward_hook(lambda m, args, out: seen.__setitem__("in", args[0]))
     with ablation_hooks(model, bases):
         assert has_hooks(model)
         res = model.residuals(h, mask)
@@ -57,7 +57,7 @@ def test_hooks_ablate_residual_stream_during_training_only():
         assert (res[layer] @ bases[layer]).abs().max() < 1e-4
     assert (seen["in"] @ bases[3]).abs().max() < 1e-4  # the cache is ablated before block 4
     assert not (hooked - clean).abs().max() < 1e-6     # ablation changed the forward pass
-    model.blocks[0]._forward_pre_hooks.clear()
+    probe.remove()
     assert not has_hooks(model)
     torch.testing.assert_close(model(h, mask), clean)  # eval: identical to a hook-free model
 
