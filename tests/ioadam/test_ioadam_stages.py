@@ -42,7 +42,33 @@ def test_profiles_validate_and_paper_needs_a_corpus(tmp_path):
         IOAdamConfig.for_profile("paper").preflight()
     corpus = tmp_path / "c.txt"
     corpus.write_text("hello " * 100)
-    IOAdamConfig.for_profile("paper", {"charlm": {"corpus_path": str(corpus)}}).preflight()
+    IOAdamConfig.for_profile("small", {"charlm": {"source": "text", "corpus_path": str(corpus)}}).preflight()
+    with pytest.raises(ValueError, match="charlm.source"):      # a path alone no longer means "text"
+        IOAdamConfig.for_profile("small", {"charlm": {"corpus_path": str(corpus)}}).preflight()
+
+
+def test_paper_preflight_names_the_key_and_the_layout_in_one_line(tmp_path, tiny_checkpoints):
+    from components.common.preflight import PreflightError
+    from tests.paper.layouts import write_c4
+
+    def preflight(**charlm):
+        IOAdamConfig.for_profile("paper", {"charlm": charlm}).preflight()
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    c4 = write_c4(tmp_path / "c4", n_train=4, n_validation=2, shards=1)
+    cases = [({}, "charlm.corpus_path", "is not set"),
+             ({"corpus_path": str(tmp_path / "nope")}, "charlm.corpus_path", "is not a folder"),
+             ({"corpus_path": str(empty)}, "charlm.corpus_path", "c4-train"),
+             ({"corpus_path": str(c4)}, "charlm.tokenizer_path", "is not set"),
+             ({"corpus_path": str(c4), "tokenizer_path": str(empty)}, "charlm.tokenizer_path", "tokenizer.json")]
+    for charlm, key, problem in cases:
+        with pytest.raises(PreflightError) as err:
+            preflight(**charlm)
+        message = str(err.value)
+        assert err.value.key == key and problem in message and "\n" not in message
+        assert "JSON-lines" in message or "tokenizer" in message          # the expected layout is named
+    preflight(corpus_path=str(c4), tokenizer_path=str(tiny_checkpoints.tokenizer()))
 
 
 def test_module_split_is_stable_and_disjoint():
