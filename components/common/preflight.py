@@ -40,20 +40,20 @@ def require_dir(key: str, value: str, layout: str, patterns: tuple[str, ...] = (
 
 
 def require_checkpoint(key: str, value: str, what: str = "a save_pretrained model folder") -> Path:
-    path = require_dir(key, value, what)
-    try:
-        check_checkpoint(path)
-    except CheckpointError as err:
-        raise PreflightError(key, value, what, f"is not a checkpoint ({_tail(err)})") from None
-    return path
+    return _require_valid(key, value, what, check_checkpoint, "a checkpoint")
 
 
 def require_tokenizer(key: str, value: str, what: str = "a tokenizer folder (save_pretrained: tokenizer.json)") -> Path:
+    return _require_valid(key, value, what, check_tokenizer, "a tokenizer folder")
+
+
+def _require_valid(key: str, value: str, what: str, check, noun: str) -> Path:
+    """A folder that exists and passes ``check`` (which raises CheckpointError naming the file)."""
     path = require_dir(key, value, what)
     try:
-        check_tokenizer(path)
+        check(path)
     except CheckpointError as err:
-        raise PreflightError(key, value, what, f"is not a tokenizer folder ({_tail(err)})") from None
+        raise PreflightError(key, value, what, f"is not {noun} ({_tail(err)})") from None
     return path
 
 
