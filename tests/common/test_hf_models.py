@@ -68,6 +68,24 @@ def test_llava_answers_about_an_image(tiny_checkpoints):
     assert not torch.allclose(logits[0, -1], other[0, -1])        # the image changes the answer
 
 
+def test_qwen2_vl_answers_about_an_image(tiny_checkpoints):
+    """The Qwen2-VL-shaped VLM: flattened patches + grid (t, h, w), merged 2x2 into LM tokens,
+    multimodal RoPE from the token types (what Qwen2VLProcessor returns)."""
+    model = load_model(tiny_checkpoints.checkpoint("qwen2_vl"), "vlm", device="cpu")
+    c = model.config
+    grid = torch.tensor([[1, 4, 4]])                                 # a 16x16 image in 4x4 patches
+    n_merged = int(grid.prod()) // 4
+    ids = torch.tensor([[2, c.vision_start_token_id] + [c.image_token_id] * n_merged + [c.vision_end_token_id, 7]])
+    types = (ids == c.image_token_id).int()
+
+    def last_logits(pixels):
+        with torch.no_grad():
+            return model(input_ids=ids, pixel_values=pixels, image_grid_thw=grid, mm_token_type_ids=types).logits[0, -1]
+    pixels = torch.rand(int(grid.prod()), 3 * 2 * 4 * 4)            # C x temporal x patch x patch per row
+    assert last_logits(pixels).shape == (c.text_config.vocab_size,)
+    assert not torch.allclose(last_logits(pixels), last_logits(torch.rand_like(pixels)))
+
+
 def test_device_policy_on_cpu():
     if torch.cuda.is_available():
         pytest.skip("CPU-only policy check")
