@@ -12,7 +12,6 @@ on CPU in seconds (tests, small profiles) and a real checkpoint on GPUs (paper p
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -46,8 +45,8 @@ def _common_args(out_dir: Path, steps: int, lr: float, seed: int, logging_steps:
 
 
 def named_reward(fn: Reward, name: str | None = None) -> Reward:
-    """TRL logs each reward function under its ``__name__``; keep one for lambdas and partials."""
-    @functools.wraps(fn) if hasattr(fn, "__name__") else (lambda f: f)
+    """TRL logs each reward function under its ``__name__`` (``rewards/<name>/mean``); give
+    partials one, and return plain floats whatever the method's function returns."""
     def reward(prompts, completions, **columns):
         return [float(r) for r in fn(prompts, completions, **columns)]
     reward.__name__ = name or getattr(fn, "__name__", "reward")
