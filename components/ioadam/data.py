@@ -52,29 +52,34 @@ def c4_corpus(c) -> tuple[dict[str, torch.Tensor], dict[str, int]]:
     return corpus, metrics
 
 
-def _tokenise_docs(tok, files: list[str], budget: int, split: bool = False, chunk: int = 256):
+def _tokenise_docs(tok, files: list[str], budget: int, split: bool = False, chunk: int = 1024):
     """Concatenated ids (int32) of the documents' ``text`` until ``budget`` tokens; with ``split``,
-    two streams of alternating documents (val, test) sharing the budget."""
+    two streams of alternating documents (val, test) sharing the budget. Ids are kept as int32
+    numpy chunks: a Python list of a billion ints would need ~40 GB."""
     from components.common.readers import iter_jsonl
 
-    streams: list[list[int]] = [[], []] if split else [[]]
-    docs, batch = 0, []
+    streams: list[list[np.ndarray]] = [[], []] if split else [[]]
+    docs, total, batch = 0, 0, []
 
-    def flush() -> None:
+    def flush() -> int:
+        added = 0
         for i, ids in enumerate(tok(batch, add_special_tokens=False)["input_ids"]):
-            streams[(docs - len(batch) + i) % len(streams)].extend(ids + [tok.eos_token_id])
+            streams[(docs - len(batch) + i) % len(streams)].append(np.asarray(ids + [tok.eos_token_id], np.int32))
+            added += len(ids) + 1
         batch.clear()
+        return added
 
     for record in iter_jsonl(files, schema={"text": str}):
         batch.append(record["text"])
         docs += 1
         if len(batch) == chunk:
-            flush()
-            if sum(len(s) for s in streams) >= budget:
+            total += flush()
+            if total >= budget:
                 break
     if batch:
         flush()
-    tensors = [torch.tensor(s[:budget // len(streams) if split else budget], dtype=torch.int32) for s in streams]
+    cap = budget // len(streams)
+    tensors = [torch.from_numpy(np.concatenate(s)[:cap] if s else np.zeros(0, np.int32)) for s in streams]
     return (tensors if split else tensors[0]), docs
 
 
