@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	# torch first and pinned: a CPU wheel of this version lies on disk; anything else pulls CUDA
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e ".[dev]"
+	$(BIN)/pip install -q torch==2.13.0 -e ".[dev,paper]"
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -1,7 +1,9 @@
 """ioadam — "IO-Adam: Rethinking Memory-Efficient Adaptive Optimizers from Gradient Computation".
 
 Adam's second moment rebuilt from running sums of squared inputs and squared output gradients;
-digits MLP and a byte-level LM, against Adam, Adafactor and SGD, with measured memory.
+digits MLP and a causal LM, against Adam, Adafactor and SGD, with measured memory. The LM is a
+byte-level transformer on stdlib docstrings (small) or LLaMA from LlamaConfig pre-trained on
+C4-layout shards with a local tokenizer (paper): same stages, different config.
 """
 from flows.runtime.dag import Method, Resources, Stage
 
@@ -16,7 +18,7 @@ METHOD = Method(
         Stage("prepare_digits", f"{M}.data:prepare_digits_stage", params=("digits",),
               description="sklearn digits: stratified train/val/test split, standardised"),
         Stage("prepare_corpus", f"{M}.data:prepare_corpus_stage", params=("charlm",),
-              description="Byte corpus of stdlib docstrings, whole modules held out for val/test"),
+              description="LM corpus: stdlib docstring bytes (modules held out) or tokenised C4 shards"),
         Stage("sweep_digits", f"{M}.training:sweep_digits_stage",
               params=("digits", "sweep", "device"), deps=("prepare_digits",),
               fan_out={"optimizer": "digits.optimizers"}, resources=Resources(num_cpus=1),
@@ -34,7 +36,7 @@ METHOD = Method(
               params=("charlm", "device"), deps=("prepare_corpus", "sweep_charlm"),
               fan_out={"optimizer": "charlm.optimizers", "seed": "charlm.seeds"},
               resources=Resources(num_cpus=1),
-              description="Byte-level transformer LM with each optimizer"),
+              description="The LM (byte transformer or LLaMA) with each optimizer"),
         Stage("memory_profile", f"{M}.memory:memory_profile_stage",
               params=("digits", "charlm", "memory", "device"), resources=Resources(num_cpus=1),
               description="Exact state/grad bytes, profiler-measured step peak, step-time ratios"),

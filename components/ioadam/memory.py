@@ -22,7 +22,7 @@ from components.common.seeds import seed_everything
 from components.ioadam import tasks
 from components.ioadam.optim import (build_optimizer, formula_state_bytes, grad_bytes, linear_weights,
                                      relative_saving, state_bytes)
-from components.ioadam.training import build_lm
+from components.ioadam.training import build_lm, device_of, lm_vocab_size
 
 WARMUP_STEPS = 2   # optimizer state exists from step 1; measure a steady-state step after that
 
@@ -39,7 +39,7 @@ class Setup:
 def make_setup(task: str, name: str, cfg) -> Setup:
     """A model, its optimizer and one synthetic batch of the training shape for ``task``."""
     seed_everything(0)
-    dev = cfg.device.device
+    dev = device_of(cfg.device)
     mode = "reference" if name.endswith("_ref") else "fused"
     opt_name = name.removesuffix("_ref")
     if task == "digits":
@@ -51,7 +51,7 @@ def make_setup(task: str, name: str, cfg) -> Setup:
     else:
         c = cfg.charlm
         model = build_lm(c).to(dev)
-        batch = torch.randint(0, 256, (c.batch_size, c.seq_len + 1), device=dev)
+        batch = torch.randint(0, lm_vocab_size(c), (c.batch_size, c.seq_len + 1), device=dev)
         loss_fn = tasks.lm_loss
     return Setup(task, model, build_optimizer(opt_name, model, lr=1e-4, mode=mode), batch, loss_fn)
 

@@ -1,6 +1,7 @@
 """evaluate (test metrics of every trained run) and compare (pass criteria, table, plot)."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ from components.common.io import load_torch, read_json, read_table, write_json_a
 from components.common.metrics import summarize
 from components.ioadam import tasks
 from components.ioadam.data import load_corpus, load_digits_splits
-from components.ioadam.training import build_lm
+from components.ioadam.training import build_lm, device_of
 
 
 # -- evaluate ----------------------------------------------------------------------------------
@@ -31,19 +32,25 @@ def evaluate_stage(cfg, ctx) -> None:
         test = tasks.digits_scores(_load_model(tasks.MLP(cfg.digits.sizes), run_dir),
                                    splits["x_test"], splits["y_test"])
         rows.append(_row("digits", run, val=run["val_acc"], test=test["acc"], test_loss=test["loss"]))
-    c = cfg.charlm
+    c, dev = cfg.charlm, device_of(cfg.device)
     for run_dir in ctx.inputs["train_charlm"].values():
         run = read_json(Path(run_dir) / "run.json")
-        loss = tasks.lm_eval_loss(_load_model(build_lm(c), run_dir), corpus["test"], c.seq_len, c.eval_windows)
+        model = _load_model(build_lm(c), run_dir).to(dev)
+        loss = tasks.lm_eval_loss(model, corpus["test"].to(dev), c.seq_len, c.eval_windows)
         rows.append(_row("charlm", run, val=run["val_loss"], test=loss, test_loss=loss))
     write_table(ctx.out_dir / "results.parquet", {k: [r[k] for r in rows] for k in rows[0]})
-    ctx.write_metrics({f"{r['task']}/{r['optimizer']}/seed{r['seed']}/test": r["test"] for r in rows})
+    metrics = {f"{r['task']}/{r['optimizer']}/seed{r['seed']}/test": r["test"] for r in rows}
+    metrics.update({f"charlm/{r['optimizer']}/seed{r['seed']}/test_ppl": r["test_ppl"]
+                    for r in rows if r["task"] == "charlm"})
+    ctx.write_metrics(metrics)
 
 
 def _row(task: str, run: dict, val: float, test: float, test_loss: float) -> dict[str, Any]:
-    """``val``/``test``: accuracy for digits, mean next-byte loss for the char LM."""
+    """``val``/``test``: accuracy for digits, mean next-token loss for the LM (``test_ppl`` its
+    perplexity: per byte for the byte model, per token for LLaMA; NaN for digits)."""
+    ppl = tasks.perplexity(test_loss) if task == "charlm" else math.nan
     return {"task": task, "optimizer": run["optimizer"], "seed": int(run["seed"]), "lr": float(run["lr"]),
-            "val": float(val), "test": float(test), "test_loss": float(test_loss),
+            "val": float(val), "test": float(test), "test_loss": float(test_loss), "test_ppl": ppl,
             "state_bytes_matrix": int(run["state_bytes_matrix"]),
             "state_bytes_total": int(run["state_bytes_total"])}
 
@@ -57,6 +64,8 @@ def per_optimizer(results: list[dict], task: str) -> dict[str, dict[str, Any]]:
                       key=lambda r: r["seed"])
         out[name] = {"test": summarize([r["test"] for r in runs]), "seeds": [r["seed"] for r in runs],
                      "lr": runs[0]["lr"], "state_bytes_matrix": runs[0]["state_bytes_matrix"]}
+        if task == "charlm" and "test_ppl" in runs[0]:
+            out[name]["test_ppl"] = summarize([r["test_ppl"] for r in runs])
     return out
 
 
@@ -99,7 +108,8 @@ def markdown_table(report: dict[str, Any], memory: list[dict]) -> str:
         for name, s in report[task].items():
             mem = next((m for m in memory if m["task"] == task and m["optimizer"] == name), {})
             t = s["test"]
-            lines.append(f"| {task} | {name} | {s['lr']:g} | {metric} {t['mean']:.4f} ± {t['std']:.4f} (n={t['n']}) "
+            ppl = f" (ppl {s['test_ppl']['mean']:.2f})" if "test_ppl" in s else ""
+            lines.append(f"| {task} | {name} | {s['lr']:g} | {metric} {t['mean']:.4f} ± {t['std']:.4f} (n={t['n']}){ppl} "
                          f"| {s['state_bytes_matrix']:,} | {mem.get('total_peak_bytes', float('nan')):,.0f} "
                          f"| {mem.get('total_peak_bytes_saving_vs_adam', float('nan')):.1%} "
                          f"| {mem.get('step_time_ratio_vs_adam', float('nan')):.2f} |")
@@ -150,5 +160,8 @@ def compare_stage(cfg, ctx) -> None:
     for cid, check in report["checks"].items():
         for k, v in check.items():
             metrics[f"{cid}/{k}"] = v if not isinstance(v, (bool, np.bool_)) else bool(v)
+    for name, s in report["charlm"].items():      # the paper's LM metric: perplexity, beside memory
+        if "test_ppl" in s:
+            metrics[f"charlm/{name}/test_ppl_mean"] = s["test_ppl"]["mean"]
     metrics["all_pass"] = all(c["pass"] for c in report["checks"].values() if "pass" in c)
     ctx.write_metrics(metrics)

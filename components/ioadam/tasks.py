@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import math
 import sysconfig
 from pathlib import Path
 from typing import Iterator
@@ -170,7 +171,8 @@ def lm_batches(data: torch.Tensor, batch_size: int, seq_len: int, gen: torch.Gen
 
 
 def lm_loss(model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
-    logits = model(batch[:, :-1])
+    out = model(batch[:, :-1])
+    logits = getattr(out, "logits", out)          # transformers models return a ModelOutput
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
 
 
@@ -184,3 +186,8 @@ def lm_eval_loss(model: nn.Module, data: torch.Tensor, seq_len: int, max_windows
     for chunk in windows.split(batch_size):
         total += float(lm_loss(model, chunk)) * len(chunk)
     return total / n
+
+
+def perplexity(loss: float) -> float:
+    """exp of a mean next-token loss (per byte for the byte model, per token for LLaMA)."""
+    return math.exp(loss) if math.isfinite(loss) and loss < 700 else math.inf

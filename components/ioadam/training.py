@@ -7,6 +7,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
+from components.common.devices import resolve_device
 from components.common.io import read_json, save_torch, write_json_atomic
 from components.common.seeds import seed_everything
 from components.common.train import fit
@@ -21,6 +22,11 @@ GRAD_CLIP = None
 def _on_device(batches: Iterator, device: str) -> Iterator:
     for batch in batches:
         yield tuple(t.to(device) for t in batch) if isinstance(batch, tuple) else batch.to(device)
+
+
+def device_of(device_cfg) -> str:
+    """``auto`` resolves to CUDA when visible (paper profile), else CPU."""
+    return str(resolve_device(device_cfg.device))
 
 
 def _setup(device_cfg, seed: int) -> np.random.Generator:
@@ -47,7 +53,7 @@ def digits_steps(d, n_train: int) -> int:
 def run_digits(d, device_cfg, splits, name: str, lr: float, seed: int, ctx=None, prefix="train"):
     """Train the digits MLP with one optimizer; returns (model, optimizer, val scores)."""
     rng = _setup(device_cfg, seed)
-    dev = device_cfg.device
+    dev = device_of(device_cfg)
     model = tasks.MLP(d.sizes).to(dev)
     optimizer = build_optimizer(name, model, lr)
     batches = tasks.epoch_batches(splits["x_train"], splits["y_train"], d.batch_size, rng)
@@ -86,15 +92,34 @@ def train_digits_stage(cfg, ctx) -> None:
 
 # -- char LM -----------------------------------------------------------------------------------
 
-def build_lm(c) -> tasks.CharLM:
-    return tasks.CharLM(d_model=c.d_model, n_heads=c.n_heads, n_layers=c.n_layers, seq_len=c.seq_len)
+def lm_vocab_size(c) -> int:
+    """256 byte ids, or the size of the tokenizer the corpus was tokenised with."""
+    if not c.tokenizer_path:
+        return 256
+    from components.common.hf_models import load_tokenizer
+
+    return len(load_tokenizer(c.tokenizer_path))
+
+
+def build_lm(c) -> torch.nn.Module:
+    """The LM of the profile: the byte transformer, or a LLaMA built from ``LlamaConfig`` (no
+    weights: pre-training starts from random init). Either way every projection is an
+    ``nn.Linear``, which IO-Adam patches."""
+    if c.arch == "bytes":
+        return tasks.CharLM(d_model=c.d_model, n_heads=c.n_heads, n_layers=c.n_layers, seq_len=c.seq_len)
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=lm_vocab_size(c), hidden_size=c.d_model, num_hidden_layers=c.n_layers,
+                         num_attention_heads=c.n_heads, intermediate_size=c.d_ff or 4 * c.d_model,
+                         max_position_embeddings=c.seq_len, use_cache=False, tie_word_embeddings=False)
+    return LlamaForCausalLM(config)
 
 
 def run_charlm(c, device_cfg, corpus, name: str, lr: float, seed: int, steps: int, ctx=None,
                prefix="train"):
     """Train the byte LM with one optimizer; returns (model, optimizer, val loss)."""
     _setup(device_cfg, seed)
-    dev = device_cfg.device
+    dev = device_of(device_cfg)
     model = build_lm(c).to(dev)
     optimizer = build_optimizer(name, model, lr)
     gen = torch.Generator().manual_seed(seed)
@@ -126,8 +151,10 @@ def train_charlm_stage(cfg, ctx) -> None:
     lr = read_json(ctx.inputs["sweep_charlm"][name] / "sweep.json")["best_lr"]
     model, optimizer, val = run_charlm(c, cfg.device, corpus, name, lr, seed, c.steps, ctx=ctx)
     save_torch(ctx.out_dir / "model.pt", model.state_dict())
-    summary = {"optimizer": name, "seed": seed, "lr": lr, "val_loss": val, **_state_summary(model, optimizer)}
-    write_json_atomic(ctx.out_dir / "run.json", summary)
+    summary = {"optimizer": name, "seed": seed, "lr": lr, "val_loss": val, "val_ppl": tasks.perplexity(val),
+               **_state_summary(model, optimizer)}
+    write_json_atomic(ctx.out_dir / "run.json", {**summary, "model_class": type(model).__name__,
+                                                 "n_params": sum(p.numel() for p in model.parameters())})
     ctx.write_metrics({k: v for k, v in summary.items() if k != "optimizer"})
 
 

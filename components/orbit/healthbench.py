@@ -223,21 +223,13 @@ class OpenAIJudge:
 
 
 def parse_json_reply(text: str) -> Any:
-    """JSON from a model reply, tolerating ```json fences."""
-    t = text.strip()
-    if t.startswith("```"):
-        t = t.strip("`")
-        t = t[4:] if t.startswith("json") else t
+    """JSON from a model reply, tolerating ```json fences; None when there is none."""
+    from components.common.openai_client import parse_json_reply as parse
+
     try:
-        return json.loads(t)
-    except json.JSONDecodeError:
-        start, end = t.find("{"), t.rfind("}")
-        if 0 <= start < end:
-            try:
-                return json.loads(t[start:end + 1])
-            except json.JSONDecodeError:
-                return None
-    return None
+        return parse(text)
+    except ValueError:
+        return None
 
 
 def cohen_kappa(a: Sequence[bool], b: Sequence[bool]) -> float:

@@ -1,5 +1,6 @@
 """Stage functions chained with LocalContext (tests/ioadam/chain.py) on a tiny config; profiles."""
 import pytest
+import torch
 
 from components.common.io import read_json, read_table
 from components.ioadam.config import IOAdamConfig
@@ -42,7 +43,33 @@ def test_profiles_validate_and_paper_needs_a_corpus(tmp_path):
         IOAdamConfig.for_profile("paper").preflight()
     corpus = tmp_path / "c.txt"
     corpus.write_text("hello " * 100)
-    IOAdamConfig.for_profile("paper", {"charlm": {"corpus_path": str(corpus)}}).preflight()
+    IOAdamConfig.for_profile("small", {"charlm": {"source": "text", "corpus_path": str(corpus)}}).preflight()
+    with pytest.raises(ValueError, match="charlm.source"):      # a path alone no longer means "text"
+        IOAdamConfig.for_profile("small", {"charlm": {"corpus_path": str(corpus)}}).preflight()
+
+
+def test_paper_preflight_names_the_key_and_the_layout_in_one_line(tmp_path, tiny_checkpoints):
+    from components.common.preflight import PreflightError
+    from tests.paper.layouts import write_c4
+
+    def preflight(**charlm):
+        IOAdamConfig.for_profile("paper", {"charlm": charlm}).preflight()
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    c4 = write_c4(tmp_path / "c4", n_train=4, n_validation=2, shards=1)
+    cases = [({}, "charlm.corpus_path", "is not set"),
+             ({"corpus_path": str(tmp_path / "nope")}, "charlm.corpus_path", "is not a folder"),
+             ({"corpus_path": str(empty)}, "charlm.corpus_path", "c4-train"),
+             ({"corpus_path": str(c4)}, "charlm.tokenizer_path", "is not set"),
+             ({"corpus_path": str(c4), "tokenizer_path": str(empty)}, "charlm.tokenizer_path", "tokenizer.json")]
+    for charlm, key, problem in cases:
+        with pytest.raises(PreflightError) as err:
+            preflight(**charlm)
+        message = str(err.value)
+        assert err.value.key == key and problem in message and "\n" not in message
+        assert "JSON-lines" in message or "tokenizer" in message          # the expected layout is named
+    preflight(corpus_path=str(c4), tokenizer_path=str(tiny_checkpoints.tokenizer()))
 
 
 def test_module_split_is_stable_and_disjoint():
@@ -51,3 +78,27 @@ def test_module_split_is_stable_and_disjoint():
     assert splits == [split_of(n, 0.1, 0.1) for n in names]
     assert 0.07 < splits.count("val") / len(names) < 0.13
     assert 0.07 < splits.count("test") / len(names) < 0.13
+
+
+def test_c4_corpus_takes_train_shards_and_alternates_validation_docs(tmp_path, tiny_checkpoints):
+    from components.common.hf_models import load_tokenizer
+    from components.common.readers import read_jsonl
+    from components.ioadam.data import c4_corpus
+    from tests.paper.layouts import write_c4
+
+    root = write_c4(tmp_path / "c4", n_train=40, n_validation=20, shards=2)
+    tok_dir = tiny_checkpoints.tokenizer()
+    cfg = IOAdamConfig.for_profile("paper", {"charlm": {"corpus_path": str(root), "tokenizer_path": str(tok_dir),
+                                                        "max_train_tokens": 300, "max_eval_tokens": 100}})
+    corpus, metrics = c4_corpus(cfg.charlm)
+    tok = load_tokenizer(tok_dir)
+
+    def ids(doc):
+        return tok(doc["text"], add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    train = read_jsonl(f"{root}/en/c4-train.00000-of-00002.json.gz")
+    val = read_jsonl(f"{root}/en/c4-validation.*.json.gz")
+    assert len(corpus["train"]) == 300 and len(corpus["val"]) == len(corpus["test"]) == 100
+    assert corpus["train"][:len(ids(train[0]))].tolist() == ids(train[0])       # file order, EOS-ended
+    assert corpus["val"][:len(ids(val[0]))].tolist() == ids(val[0])             # docs 0, 2, 4, ...
+    assert corpus["test"][:len(ids(val[1]))].tolist() == ids(val[1])            # docs 1, 3, 5, ...
+    assert metrics["vocab_size"] == len(tok) and corpus["train"].dtype == torch.int32

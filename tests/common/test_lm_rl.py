@@ -1,0 +1,70 @@
+"""GRPO and DPO through TRL on a tiny Qwen3 on CPU: the reward shapes the policy, columns reach
+the reward function, DPO widens the chosen-vs-rejected margin."""
+import pytest
+import torch
+
+from components.common.lm_rl import dpo_train, grpo_train
+from components.common.tiny_models import build_tiny
+from components.common.tiny_tokenizer import train_tokenizer
+from tests.paper.checkpoints import corpus
+
+PROMPTS = ["the dog", "a small bird", "my friend", "the river"]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return train_tokenizer(corpus(), "word", vocab_size=64)
+
+
+def _next_token_mass(model, tok, token_ids: list[int]) -> float:
+    """Exact probability (no sampling) that the first completion token is in ``token_ids``."""
+    with torch.no_grad():
+        probs = [model(**tok(p, return_tensors="pt")).logits[0, -1].softmax(-1)[token_ids].sum()
+                 for p in PROMPTS]
+    return float(torch.stack(probs).mean())
+
+
+def test_grpo_moves_probability_towards_rewarded_tokens(tmp_path, tok):
+    model = build_tiny("qwen3", vocab_size=len(tok))
+    vocab = tok.get_vocab()
+    rewarded = sorted(w for w in vocab if w.isalpha())[::2]      # half of the words: a dense signal
+    ids = [vocab[w] for w in rewarded]
+
+    def in_set(prompts, completions, **_):
+        return [1.0 if c.split()[:1] and c.split()[0] in rewarded else 0.0 for c in completions]
+
+    before = _next_token_mass(model, tok, ids)
+    grpo_train(model, tok, [{"prompt": p} for p in PROMPTS], in_set, tmp_path, steps=12, group_size=8,
+               prompts_per_step=2, max_new_tokens=1, lr=3e-2, seed=0)
+    after = _next_token_mass(model, tok, ids)
+    assert after > before + 0.1, (before, after)
+
+
+def test_grpo_reward_sees_groups_and_dataset_columns(tmp_path, tok):
+    model = build_tiny("qwen3", vocab_size=len(tok))
+    calls = []
+
+    def length_reward(prompts, completions, target, **_):
+        calls.append((list(prompts), list(completions), list(target)))
+        return [-abs(len(c.split()) - t) for c, t in zip(completions, target)]
+
+    rows = [{"prompt": p, "target": 3} for p in PROMPTS]
+    result = grpo_train(model, tok, rows, length_reward, tmp_path, steps=2, group_size=4, prompts_per_step=2,
+                        max_new_tokens=6, lr=1e-3, seed=0)
+    assert len(calls) == 2
+    for prompts, completions, target in calls:
+        assert len(completions) == 8 and target == [3] * 8
+        assert sorted(set(prompts)) and all(prompts.count(p) == 4 for p in set(prompts))  # whole groups
+    logged = result.logged("rewards/length_reward/mean")
+    expected = [sum(-abs(len(c.split()) - 3) for c in comp) / len(comp) for _, comp, _ in calls]
+    assert logged == pytest.approx(expected, abs=1e-4)
+
+
+def test_dpo_widens_the_chosen_margin(tmp_path, tok):
+    model = build_tiny("qwen3", vocab_size=len(tok))
+    pairs = [{"prompt": p, "chosen": " the cat sees the ball .", "rejected": " a red house answers !"}
+             for p in PROMPTS]
+    result = dpo_train(model, tok, pairs, tmp_path, steps=8, batch_size=4, lr=1e-2, beta=0.1, max_length=32)
+    margins = result.logged("rewards/margins")
+    assert margins[0] == pytest.approx(0.0, abs=1e-3)           # policy == reference at step 1
+    assert margins[-1] > 0.5, margins
