@@ -7,12 +7,15 @@ leaves anything that looks finished. Returns a small record for the driver (neve
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import sys
 import tempfile
 import time
+import traceback
 import uuid
+import zlib
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -25,6 +28,25 @@ from flows.runtime.dag import DeclaredParams, Method
 from flows.runtime.project import Project
 
 TMP_PREFIX = ".tmp-"
+
+
+class StageError(RuntimeError):
+    """A stage's failure as the driver sees it: the original type's name, its message and the
+    traceback text. It pickles whatever the original exception held (worker pipes, Ray)."""
+
+    def __init__(self, kind: str, message: str, traceback_text: str = ""):
+        super().__init__(kind, message, traceback_text)
+        self.kind, self.message, self.traceback_text = kind, message, traceback_text
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.message}"
+
+    @classmethod
+    def from_exception(cls, err: BaseException) -> "StageError":
+        if isinstance(err, StageError):
+            return err
+        text = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+        return cls(type(err).__name__, str(err), text)
 
 
 @dataclass
@@ -72,16 +94,42 @@ def replace_dir(tmp: Path, final: Path) -> None:
         os.replace(tmp, final)
 
 
+def instance_seed(method: str, stage: str, item_key: str | None) -> int:
+    """A fixed seed per stage instance for the process-wide RNGs (see ``reset_global_rngs``)."""
+    return zlib.crc32(f"{method}/{stage}/{item_key or ''}".encode())
+
+
+def reset_global_rngs(seed: int) -> None:
+    """Put python's, numpy's and torch's global RNGs in a state fixed by the instance, right
+    before its function runs. A worker process runs many instances one after another; without
+    this, a stage that draws before seeding (or never seeds) would depend on what ran before it
+    in the same process. Stages still seed themselves from their params (``seed_everything``)."""
+    random.seed(seed)
+    import numpy as np
+
+    np.random.seed(seed)
+    if "torch" in sys.modules:  # a numpy-only stage: do not pay for importing torch
+        import torch
+
+        torch.manual_seed(seed)
+        torch.set_default_dtype(torch.float32)
+
+
 @contextmanager
 def cpu_threads(num_cpus: float):
     """Hold torch and BLAS to the stage's declared CPUs: on a small machine, parallel stages
-    that each start one thread per core slow each other down many times over."""
+    that each start one thread per core slow each other down many times over. Thread counts
+    are process-wide: this is only sound because every instance has its process to itself
+    (a worker of ``workers.WorkerPool``, a Ray worker or ``repro exec``)."""
     from threadpoolctl import threadpool_limits
 
     n = max(1, int(num_cpus))
     with threadpool_limits(limits=n):
-        if "torch" not in sys.modules:  # a numpy-only stage: do not pay for importing torch
-            yield
+        if "torch" not in sys.modules:
+            # not imported yet (a numpy-only stage, or one importing torch inside its
+            # function): do not pay for it, but if the stage imports it, it starts with n threads
+            with _environ(OMP_NUM_THREADS=str(n), MKL_NUM_THREADS=str(n)):
+                yield
             return
         # `import` (not sys.modules) waits while another stage's thread is still importing it
         import torch
@@ -92,6 +140,20 @@ def cpu_threads(num_cpus: float):
             yield
         finally:
             torch.set_num_threads(previous)
+
+
+@contextmanager
+def _environ(**values: str):
+    previous = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def clean_stale_temps(final: Path) -> None:
@@ -139,6 +201,7 @@ def run_stage(project: Project, method_name: str, stage_name: str, item_key: str
     files: list[str] = []
     try:
         with cpu_threads(stage.resources.num_cpus):
+            reset_global_rngs(instance_seed(method_name, stage_name, item_key))
             stage_function(DeclaredParams(config, stage.params, stage_name), ctx)
         if store is not None:
             files = store.upload_dir(tmp, store.path(method_name, stage_name, item_key))

@@ -19,6 +19,7 @@ from prefect.futures import as_completed
 from prefect.logging import get_run_logger
 
 from flows.runtime import execute as execute_mod
+from flows.runtime import workers
 from flows.runtime.dvc_bridge import DvcBridge
 from flows.runtime.project import Project
 from flows.runtime.runner import Instance, Outcome, Plan, current_metrics, git_info, say
@@ -53,10 +54,19 @@ class _ProgressReporter:
 
 def _run_stage(root: str, method: str, stage: str, item_key: str | None,
                params: dict[str, Any], data_root: str | None) -> dict[str, Any]:
+    """The task body. With the local executor the instance runs in a worker process of the
+    driver's pool (its own RNGs and thread counts); in a Ray worker it runs right here (Ray
+    workers are processes that run one task at a time)."""
     name = f"{stage}@{item_key}" if item_key else stage
-    record = execute_mod.run_stage(Project(Path(root)), method, stage, item_key,
-                                   on_progress=_ProgressReporter(name), params=params,
-                                   data_root=data_root)
+    job = {"method_name": method, "stage_name": stage, "item_key": item_key, "params": params,
+           "data_root": data_root}
+    pool = workers.active()
+    if pool is not None:
+        return pool.run({"root": root, **job}, _ProgressReporter(name))
+    try:
+        record = execute_mod.run_stage(Project(Path(root)), on_progress=_ProgressReporter(name), **job)
+    except Exception as err:  # noqa: BLE001 - the driver gets the type, message and traceback
+        raise execute_mod.StageError.from_exception(err) from None
     return record.to_dict()
 
 
@@ -230,6 +240,8 @@ def run_flow(project: Project, bridge: DvcBridge, plan: Plan, outcome: Outcome,
         stack.callback(_DRIVERS.pop, parent, None)
         try:
             _api_server(executor, settings, stack)  # before the task runner: workers need its URL
+            if executor == "threads":  # stage code runs in worker processes, not these threads
+                stack.enter_context(workers.pool(min(os.cpu_count() or 2, len(plan.run))))
             configured = method_flow.with_options(name=f"repro-{method.name}",
                                                   task_runner=_task_runner(executor, settings))
             state = configured(parent, return_state=True)
