@@ -1,6 +1,6 @@
 """linrnn — "Why Linear Recurrent Memory Works in Partially Observable RL" (ICML 2026).
 
-exact filter check and two-state / action sweeps are numpy; RingWorld-lite PPO is torch.
+exact filter check and two-state / action sweeps are numpy; RingWorld PPO is torch.
 """
 from flows.runtime.dag import Method, Resources, Stage
 
@@ -20,14 +20,16 @@ METHOD = Method(
               description="ALF decoding error vs 1/eps for each delta schedule"),
         Stage("sweep_action", f"{M}.sweeps:sweep_action_stage", params=("action_sweep",),
               description="Action-controlled ALF vs Bayes under a random policy"),
-        Stage("train_ringworld", f"{M}.ringworld:train_stage", params=("ringworld", "seeds"),
+        Stage("ringworld_premise", f"{M}.ringworld:premise_stage", params=("ringworld",),
+              description="Premise: exact returns of the best memoryless policy and the fully observed optimum"),
+        Stage("train_ringworld", f"{M}.ppo:train_stage", params=("ringworld", "seeds"),
               fan_out={"variant": "ringworld.variants", "seed": "seeds"},
               resources=Resources(num_cpus=1),
-              description="PPO on RingWorld-lite with fixed filter features"),
+              description="PPO on RingWorld per memory variant (filters, memoryless, diagonal linear RNN)"),
         Stage("evaluate", f"{M}.evaluate:evaluate_stage",
               params=("two_state", "ringworld", "seeds"),
               deps=("verify_exact", "certify_exponent", "sweep_two_state", "sweep_action",
-                    "train_ringworld"),
+                    "ringworld_premise", "train_ringworld"),
               description="Pass criteria of CLAIMS.md, plots"),
     ),
 )

@@ -84,27 +84,3 @@ def test_delta_schedules():
     assert sweeps.delta_for("alf_0.7_log", eps)[0] == pytest.approx(0.7 / np.log(100))
     assert sweeps.delta_for("alf_sqrt", eps)[0] == pytest.approx(0.1)
     assert sweeps.delta_for("eps_sq", eps)[0] == pytest.approx(1e-4)
-
-
-def test_ringworld_filters_track_the_state():
-    """On a noiseless ring walk (no terminals) the Bayes belief and the ALF argmax find the
-    true position from beacon observations alone."""
-    from components.linrnn import ringworld as rw
-
-    rng = np.random.default_rng(0)
-    n, E = 256, rw.emission_matrix()
-    pos = rng.choice(rw.STARTS, size=n)
-    observe = lambda: (rng.random(n)[:, None] > np.cumsum(E[pos], axis=1)).sum(axis=1)
-    bayes = rw.FilterFeatures("lof_softmax", n, eps=1e-9, delta=0.1)
-    alf = rw.FilterFeatures("alf_direct", n, eps=1e-9, delta=0.1)
-    y = observe()
-    for feats in (bayes, alf):
-        feats.reset(np.ones(n, dtype=bool), y)
-    for _ in range(60):
-        actions = rng.integers(4, size=n)
-        pos = (pos + rw.MOVES[actions]) % rw.N_POS
-        y = observe()
-        bayes.update(actions, y)
-        alf.update(actions, y)
-    assert (bayes.state.argmax(axis=1) == pos).mean() > 0.9
-    assert (alf.state.argmax(axis=1) == pos).mean() > 0.8
