@@ -140,7 +140,7 @@ def profile_task(task: str, cfg) -> list[dict[str, Any]]:
                "state_bytes_total": state_bytes(s.optimizer),
                "grad_bytes": grad_bytes_after_backward(s),
                **step_peak_bytes(s),
-               "step_time_ratio_vs_adam": secs / adam_s}
+               "step_time_ratio_vs_adam": secs / adam_s, "timed_repeats": cfg.memory.timed_steps}
         rows.append(row)
     adam = next((r for r in rows if r["optimizer"] == "adam"), None)
     for row in rows:
@@ -158,4 +158,4 @@ def memory_profile_stage(cfg, ctx) -> None:
     write_table(ctx.out_dir / "memory.parquet", {k: [r[k] for r in rows] for k in rows[0]})
     ctx.write_metrics({f"{r['task']}/{r['optimizer']}/{k}": r[k] for r in rows
                        for k in ("state_bytes_matrix", "total_peak_bytes", "total_peak_bytes_saving_vs_adam",
-                                 "step_time_ratio_vs_adam")})
+                                 "step_time_ratio_vs_adam")} | {"timed_repeats": cfg.memory.timed_steps})

@@ -66,16 +66,16 @@ def run_digits(d, device_cfg, splits, name: str, lr: float, seed: int, ctx=None,
 def sweep_digits_stage(cfg, ctx) -> None:
     d, name = cfg.digits, ctx.item["optimizer"]
     splits = load_digits_splits(ctx.inputs["prepare_digits"])
-    rows = []
-    for i, lr in enumerate(d.lr_grid):
-        _, _, val = run_digits(d, cfg.device, splits, name, lr, cfg.sweep.seed)
-        rows.append({"lr": lr, "val_acc": val["acc"], "val_loss": val["loss"]})
-        ctx.log_metrics({"sweep/val_acc": val["acc"], "sweep/val_loss": val["loss"]}, step=i)
-        ctx.progress(i + 1, len(d.lr_grid), f"{name} lr={lr:g} val_acc={val['acc']:.4f}")
-    # best validation accuracy; ties (360 val images) broken by the lower validation loss
-    best = max(rows, key=lambda r: (_finite(r["val_acc"], -1), -_finite(r["val_loss"], math.inf)))
-    write_json_atomic(ctx.out_dir / "sweep.json", {"optimizer": name, "rows": rows, "best_lr": best["lr"]})
-    ctx.write_metrics({"best_lr": best["lr"], "best_val_acc": best["val_acc"]})
+
+    def score(lr: float) -> dict:
+        vals = [run_digits(d, cfg.device, splits, name, lr, seed)[2] for seed in cfg.sweep.seeds]
+        return {"val_acc": float(np.mean([v["acc"] for v in vals])),
+                "val_loss": float(np.mean([v["loss"] for v in vals]))}
+
+    # best mean validation accuracy; ties (360 val images) broken by the lower validation loss
+    result = widening_sweep(d.lr_grid, score, lambda r: (-_finite(r["val_acc"], -1), _finite(r["val_loss"], math.inf)),
+                            cfg.sweep.max_widen, ctx, name)
+    _write_sweep(ctx, name, result, {"best_val_acc": result["best"]["val_acc"]})
 
 
 def train_digits_stage(cfg, ctx) -> None:
@@ -134,15 +134,50 @@ def run_charlm(c, device_cfg, corpus, name: str, lr: float, seed: int, steps: in
 def sweep_charlm_stage(cfg, ctx) -> None:
     c, name = cfg.charlm, ctx.item["optimizer"]
     corpus = load_corpus(ctx.inputs["prepare_corpus"])
-    rows = []
-    for i, lr in enumerate(c.lr_grid):
-        _, _, val = run_charlm(c, cfg.device, corpus, name, lr, cfg.sweep.seed, c.sweep_steps)
-        rows.append({"lr": lr, "val_loss": val})
-        ctx.log_metric("sweep/val_loss", val, step=i)
-        ctx.progress(i + 1, len(c.lr_grid), f"{name} lr={lr:g} val_loss={val:.4f}")
-    best = min(rows, key=lambda r: _finite(r["val_loss"], math.inf))
-    write_json_atomic(ctx.out_dir / "sweep.json", {"optimizer": name, "rows": rows, "best_lr": best["lr"]})
-    ctx.write_metrics({"best_lr": best["lr"], "best_val_loss": best["val_loss"]})
+
+    def score(lr: float) -> dict:
+        vals = [run_charlm(c, cfg.device, corpus, name, lr, seed, c.sweep_steps)[2] for seed in cfg.sweep.seeds]
+        return {"val_loss": float(np.mean(vals)), "val_loss_per_seed": vals}
+
+    result = widening_sweep(c.lr_grid, score, lambda r: (_finite(r["val_loss"], math.inf),),
+                            cfg.sweep.max_widen, ctx, name)
+    _write_sweep(ctx, name, result, {"best_val_loss": result["best"]["val_loss"]})
+
+
+# -- lr sweep ----------------------------------------------------------------------------------
+
+def widening_sweep(grid: list[float], score, order, max_widen: int, ctx=None, name: str = "") -> dict:
+    """Score every lr of ``grid``; while the best lr sits on an edge of the grid, extend the grid
+    past that edge by the grid's own ratio (at most ``max_widen`` extra points), so the chosen lr
+    is interior. ``score(lr)`` returns a row; ``order(row)`` sorts rows best first."""
+    lrs = sorted(grid)
+    rows = {lr: score(lr) for lr in lrs}
+    ratio = lrs[1] / lrs[0] if len(lrs) > 1 else None
+    widened = 0
+    while True:
+        best = min(lrs, key=lambda lr: order(rows[lr]))
+        edge = best == lrs[0] or best == lrs[-1]
+        if not edge or ratio is None or widened >= max_widen:
+            break
+        new = lrs[0] / ratio if best == lrs[0] else lrs[-1] * ratio
+        new = float(f"{new:.6g}")
+        rows[new] = score(new)
+        lrs = sorted(rows)
+        widened += 1
+    table = [{"lr": lr, **rows[lr]} for lr in lrs]
+    if ctx is not None:
+        for i, row in enumerate(table):
+            ctx.log_metrics({f"sweep/{k}": v for k, v in row.items() if isinstance(v, float)}, step=i)
+        ctx.progress(len(table), len(table), f"{name} best lr={best:g} ({len(table)} lrs, widened {widened})")
+    interior = len(lrs) > 2 and lrs[0] < best < lrs[-1]
+    return {"rows": table, "best_lr": best, "best": rows[best], "interior": interior, "widened": widened,
+            "grid": lrs}
+
+
+def _write_sweep(ctx, name: str, result: dict, extra: dict) -> None:
+    write_json_atomic(ctx.out_dir / "sweep.json", {"optimizer": name, **result})
+    ctx.write_metrics({"best_lr": result["best_lr"], "lr_interior": result["interior"],
+                       "n_lrs": len(result["grid"]), "widened": result["widened"], **extra})
 
 
 def train_charlm_stage(cfg, ctx) -> None:

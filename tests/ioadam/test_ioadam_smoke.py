@@ -26,14 +26,15 @@ def test_ioadam_smoke_end_to_end(tmp_path):
 
     results = read_table(result.out("ioadam", "evaluate") / "results.parquet").to_pylist()
     assert {(r["task"], r["optimizer"]) for r in results} == {
-        ("digits", "adam"), ("digits", "ioadam_b4"), ("charlm", "adam"), ("charlm", "ioadam_b4")}
+        ("digits", "adam"), ("digits", "ioadam_b4"), ("charlm", "adam"), ("charlm", "ioadam_b4"), ("charlm", "sgdm")}
     assert all(math.isfinite(r["test"]) for r in results)
 
     compare = result.metrics("ioadam", "compare")
     assert compare["C1/digits/ioadam_b4/pass"] is True   # state formula holds at any scale
     assert "all_pass" in compare
     report = read_json(result.out("ioadam", "compare") / "report.json")
-    assert {"C2/ioadam_b4", "C4/ioadam_b4"} <= set(report["checks"])
+    assert {"P1", "P2", "C2/ioadam_b4", "C3/ioadam_b4", "R1/charlm/ioadam_b4"} <= set(report["checks"])
+    assert report["checks"]["R1/charlm/ioadam_b4"]["timed_repeats"] == 2
 
     again = run_in_temp_project("ioadam", tmp_path / "project", profile="smoke")
     assert again.executed == []

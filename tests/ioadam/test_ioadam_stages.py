@@ -29,10 +29,11 @@ def test_stages_chain_end_to_end(tmp_path):
     assert all(r["state_bytes_matrix"] == r["formula_state_bytes_matrix"] for r in mem_rows)
     assert all(r["transient_peak_bytes"] > 0 for r in mem_rows)
     results = read_table(tmp_path / "evaluate" / "results.parquet").to_pylist()
-    assert len(results) == 3 + 2                            # 3 digits optimizers x 1 seed, 2 LM runs
+    assert len(results) == 3 + 3                            # 3 digits optimizers x 1 seed, 3 LM optimizers
     assert all(0 <= r["test"] <= 1 for r in results if r["task"] == "digits")
     rep = read_json(tmp_path / "compare" / "report.json")
-    assert {"C1/digits/ioadam_b2", "C2/ioadam_b2", "C3/ioadam_b2", "C4/ioadam_b4"} <= set(rep["checks"])
+    assert {"C1/digits/ioadam_b2", "D/ioadam_b2", "P1", "P2", "C2/ioadam_b4", "C3/ioadam_b4"} <= set(rep["checks"])
+    assert rep["checks"]["P2"]["pass"] is False             # a one-lr grid is never interior
     assert "all_pass" in summaries["compare"] and (tmp_path / "compare" / "quality_vs_memory.png").exists()
 
 
@@ -102,3 +103,14 @@ def test_c4_corpus_takes_train_shards_and_alternates_validation_docs(tmp_path, t
     assert corpus["val"][:len(ids(val[0]))].tolist() == ids(val[0])             # docs 0, 2, 4, ...
     assert corpus["test"][:len(ids(val[1]))].tolist() == ids(val[1])            # docs 1, 3, 5, ...
     assert metrics["vocab_size"] == len(tok) and corpus["train"].dtype == torch.int32
+
+
+def test_llama_size_presets_fill_only_the_dims_not_set():
+    paper = IOAdamConfig.for_profile("paper")
+    assert (paper.charlm.size, paper.charlm.d_model, paper.charlm.n_layers, paper.charlm.d_ff) == ("60m", 512, 8, 1376)
+    big = IOAdamConfig.for_profile("paper", {"charlm": {"size": "1b"}}).charlm
+    assert (big.d_model, big.n_layers, big.n_heads, big.d_ff) == (2048, 24, 32, 5461)
+    tiny = IOAdamConfig.for_profile("paper", {"charlm": {"d_model": 32, "n_heads": 4}}).charlm
+    assert (tiny.d_model, tiny.n_heads, tiny.n_layers) == (32, 4, 8)      # explicit keys win
+    with pytest.raises(ValueError, match="charlm.size"):
+        IOAdamConfig.for_profile("paper", {"charlm": {"size": "7b"}})
