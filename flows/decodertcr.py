@@ -2,8 +2,9 @@
 Interactions" (ICML 2026).
 
 Synthetic planted-specificity TCR-epitope data (OLGA CDR3beta, anchor-motif peptides, hidden
-contact energy); small masked-LM encoder; curriculum vs paired-only vs mixed; IEGR vs one-shot
-vs left-to-right decoding.
+and CDR3-CDR3 energy over standardised BLOSUM62); small masked-LM encoder; curriculum vs
+paired-only at matched paired and at equal total steps, swept over binders per epitope; IEGR vs
+one-shot vs left-to-right decoding.
 """
 from flows.runtime.dag import Method, Resources, Stage
 
@@ -20,7 +21,8 @@ METHOD = Method(
         Stage("build_paired", f"{M}.corpus:build_paired_stage", params=("data",),
               deps=("build_marginal",),
               description="Planted specificity, negatives, splits; signal calibrated on val"),
-        Stage("tokenize", f"{M}.train:tokenize_stage", deps=("build_marginal", "build_paired"),
+        Stage("tokenize", f"{M}.train:tokenize_stage", params=("train",),
+              deps=("build_marginal", "build_paired"),
               description="<cls> peptide <sep> CDR3 <eos> token and region ids per split"),
         Stage("pretrain_marginal", f"{M}.train:pretrain_marginal_stage",
               params=("model", "train", "seeds"), deps=("tokenize",),
@@ -28,12 +30,14 @@ METHOD = Method(
               description="S1: masked LM on single components"),
         Stage("train_paired", f"{M}.train:train_paired_stage",
               params=("model", "train", "seeds"), deps=("tokenize", "pretrain_marginal"),
-              fan_out={"variant": "train.variants", "seed": "seeds"},
+              fan_out={"variant": "train.variants", "binders": "train.binders_per_epitope",
+                       "seed": "seeds"},
               resources=Resources(num_cpus=1),
-              description="S2 per variant (curriculum / paired-only / mixed), equal total steps"),
+              description="S2 per variant and binder cap (matched paired / equal total steps)"),
         Stage("score", f"{M}.evaluate:score_stage", params=("model", "train", "seeds"),
               deps=("tokenize", "build_paired", "train_paired"),
-              fan_out={"variant": "train.variants", "seed": "seeds"},
+              fan_out={"variant": "train.variants", "binders": "train.binders_per_epitope",
+                       "seed": "seeds"},
               description="Masked-peptide pseudo-log-likelihood of every evaluation pair"),
         Stage("evaluate_discrimination", f"{M}.evaluate:evaluate_discrimination_stage",
               deps=("score",), description="Per-epitope and macro AUROC, AUPRC per split"),

@@ -21,6 +21,10 @@ class Data(Section):
     val_tcr_fraction: float = 0.1      # used only to calibrate the planted signal
     random_test_fraction: float = 0.1  # random pair split
     contacts: int = 10                 # non-zero entries of the hidden contact map (5 x 5)
+    intra_pairs: int = 5               # non-zero CDR3-middle x CDR3-middle couplings (of 10)
+    intra_scale: float = 1.0           # their size relative to the contacts
+    marginal_tilt: float = 2.0         # beta of the BLOSUM-compatibility tilt of marginal data
+    marginal_oversample: int = 3       # candidates drawn per kept marginal sequence
     cdr3_min_len: int = 10
     cdr3_max_len: int = 18
     noise_grid: list[float] = [0.0, 0.25, 0.5, 0.75, 1.0, 1.5]  # label noise sigma candidates
@@ -35,8 +39,12 @@ class Model(Section):
 
 
 class Train(Section):
-    variants: list[str] = ["curriculum", "paired_only", "mixed"]
-    marginal_steps: int = 600          # S1; paired_only / mixed use marginal+paired steps in total
+    # curriculum = S1 then S2; paired_only = S2 steps only (matched paired steps);
+    # paired_only_total = S1 + S2 steps on paired data (equal total steps); mixed = shuffled
+    # mixture at equal total steps; marginal_only = the S1 model, no paired data
+    variants: list[str] = ["curriculum", "paired_only", "paired_only_total", "marginal_only"]
+    binders_per_epitope: list[int] = [10, 30]   # sweep: cap on training binders per epitope
+    marginal_steps: int = 600          # S1
     paired_steps: int = 400            # S2
     batch_size: int = 64
     lr: float = 2e-3
@@ -58,6 +66,8 @@ class Generate(Section):
 
 
 class Claims(Section):
+    min_marginal_only_val_auroc: float = 0.55
+    min_greedy_suboptimal_fraction: float = 0.5
     min_auroc_gain: float = 0.03
     min_curriculum_auroc: float = 0.65
     min_energy_percentile_gain: float = 5.0
@@ -85,7 +95,8 @@ class DecodertcrConfig(MethodConfig):
                  "n_epitopes": 4, "n_heldout_epitopes": 1, "positives_per_epitope": 20,
                  "binder_quantile": 0.95, "noise_grid": [0.0, 1.0]},
         "model": {"d_model": 32, "n_layers": 2},
-        "train": {"variants": ["curriculum", "paired_only"], "marginal_steps": 60,
+        "train": {"variants": ["curriculum", "paired_only", "marginal_only"],
+                  "binders_per_epitope": [10], "marginal_steps": 60,
                   "paired_steps": 40, "batch_size": 32},
         "generate": {"n_epitopes": 2, "templates_per_epitope": 3, "gibbs_rounds": 1,
                      "n_pgen": 4, "n_pgen_real": 4},

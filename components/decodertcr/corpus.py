@@ -85,16 +85,61 @@ def sample_peptides(n: int, rng: np.random.Generator, exclude: set[str] = frozen
     return out
 
 
-# ---------------------------------------------------------------- hidden contact energy
-def make_oracle(seed: int, n_contacts: int) -> dict[str, np.ndarray]:
-    """A fixed random symmetric residue matrix and a sparse CDR3-middle x peptide contact map."""
+# ---------------------------------------------------------------- residue compatibility
+# BLOSUM62 (Henikoff & Henikoff 1992, PNAS 89:10915), as distributed by NCBI
+# (ftp.ncbi.nih.gov/blast/matrices/BLOSUM62), rows/columns in the order below.
+_BLOSUM62_ORDER = "ARNDCQEGHILKMFPSTWYV"
+_BLOSUM62_ROWS = """
+ 4 -1 -2 -2  0 -1 -1  0 -2 -1 -1 -1 -1 -2 -1  1  0 -3 -2  0
+-1  5  0 -2 -3  1  0 -2  0 -3 -2  2 -1 -3 -2 -1 -1 -3 -2 -3
+-2  0  6  1 -3  0  0  0  1 -3 -3  0 -2 -3 -2  1  0 -4 -2 -3
+-2 -2  1  6 -3  0  2 -1 -1 -3 -4 -1 -3 -3 -1  0 -1 -4 -3 -3
+ 0 -3 -3 -3  9 -3 -4 -3 -3 -1 -1 -3 -1 -2 -3 -1 -1 -2 -2 -1
+-1  1  0  0 -3  5  2 -2  0 -3 -2  1  0 -3 -1  0 -1 -2 -1 -2
+-1  0  0  2 -4  2  5 -2  0 -3 -3  1 -2 -3 -1  0 -1 -3 -2 -2
+ 0 -2  0 -1 -3 -2 -2  6 -2 -4 -4 -2 -3 -3 -2  0 -2 -2 -3 -3
+-2  0  1 -1 -3  0  0 -2  8 -3 -3 -1 -2 -1 -2 -1 -2 -2  2 -3
+-1 -3 -3 -3 -1 -3 -3 -4 -3  4  2 -3  1  0 -3 -2 -1 -3 -1  3
+-1 -2 -3 -4 -1 -2 -3 -4 -3  2  4 -2  2  0 -3 -2 -1 -2 -1  1
+-1  2  0 -1 -3  1  1 -2 -1 -3 -2  5 -1 -3 -1  0 -1 -3 -2 -2
+-1 -1 -2 -3 -1  0 -2 -3 -2  1  2 -1  5  0 -2 -1 -1 -1 -1  1
+-2 -3 -3 -3 -2 -3 -3 -3 -1  0  0 -3  0  6 -4 -2 -2  1  3 -1
+-1 -2 -2 -1 -3 -1 -1 -2 -2 -3 -3 -1 -2 -4  7 -1 -1 -4 -3 -2
+ 1 -1  1  0 -1  0  0  0 -1 -2 -2  0 -1 -2 -1  4  1 -3 -2 -2
+ 0 -1  0 -1 -1 -1 -1 -2 -2 -1 -1 -1 -1 -2 -1  1  5 -2 -2  0
+-3 -3 -4 -4 -2 -2 -3 -2 -2 -3 -2 -3 -1  1 -4 -3 -2 11  2 -3
+-2 -2 -2 -3 -2 -1 -2 -3  2 -1 -1 -2 -1  3 -3 -2 -2  2  7 -1
+ 0 -3 -3 -3 -1 -2 -2 -3 -3  3  1 -2  1 -1 -2 -2  0 -3 -1  4
+"""
+
+
+def blosum62() -> np.ndarray:
+    """BLOSUM62 as a (20, 20) array in this module's ``AA`` order."""
+    table = np.array([row.split() for row in _BLOSUM62_ROWS.strip().splitlines()], dtype=float)
+    order = [_BLOSUM62_ORDER.index(a) for a in AA]
+    return table[np.ix_(order, order)]
+
+
+def standardised_blosum62() -> np.ndarray:
+    """BLOSUM62 shifted and scaled to zero mean and unit variance over its 400 entries."""
+    b = blosum62()
+    return (b - b.mean()) / b.std()
+
+
+# ---------------------------------------------------------------- hidden binding energy
+def make_oracle(seed: int, n_contacts: int, n_intra: int, intra_scale: float) -> dict[str, np.ndarray]:
+    """Standardised BLOSUM62 as residue compatibility, a sparse CDR3-middle x peptide P4-P8
+    contact map, and sparse CDR3-middle x CDR3-middle couplings (so the optimum of a design is
+    not separable by position and decoding order can matter)."""
     rng = np.random.default_rng(seed + 1000)
-    m = rng.standard_normal((len(AA), len(AA)))
-    m = (m + m.T) / np.sqrt(2)
-    weights = np.zeros((CDR3_MIDDLE, len(PEP_CONTACT)))
-    flat = rng.choice(weights.size, size=n_contacts, replace=False)
-    weights.flat[flat] = rng.uniform(0.5, 1.5, size=n_contacts)
-    return {"matrix": m, "contacts": weights}
+    contacts = np.zeros((CDR3_MIDDLE, len(PEP_CONTACT)))
+    contacts.flat[rng.choice(contacts.size, size=n_contacts, replace=False)] = \
+        rng.uniform(0.5, 1.5, size=n_contacts)
+    upper = np.flatnonzero(np.triu(np.ones((CDR3_MIDDLE, CDR3_MIDDLE)), k=1))
+    intra = np.zeros((CDR3_MIDDLE, CDR3_MIDDLE))
+    intra.flat[rng.choice(upper, size=n_intra, replace=False)] = \
+        intra_scale * rng.uniform(0.5, 1.5, size=n_intra)
+    return {"matrix": standardised_blosum62(), "contacts": contacts, "intra": intra}
 
 
 def cdr3_middle(cdr3: str) -> str:
@@ -102,24 +147,108 @@ def cdr3_middle(cdr3: str) -> str:
     return cdr3[start:start + CDR3_MIDDLE]
 
 
+def middle_ids(cdr3s: list[str]) -> np.ndarray:
+    return np.array([[AA_INDEX[a] for a in cdr3_middle(c)] for c in cdr3s]).reshape(-1, CDR3_MIDDLE)
+
+
+def intra_energy(mid: np.ndarray, oracle: dict[str, np.ndarray]) -> np.ndarray:
+    """sum_{i<k} u_ik M[mid_i, mid_k] for (N, 5) residue ids: a TCR-only, epitope-free term."""
+    pair = oracle["matrix"][mid[:, :, None], mid[:, None, :]]                      # (N, 5, 5)
+    return (pair * oracle["intra"][None]).sum(axis=(1, 2))
+
+
+def cross_unary(peptide: str, oracle: dict[str, np.ndarray]) -> np.ndarray:
+    """(5, 20): the contact energy each residue would get at each CDR3-middle position."""
+    pep = np.array([AA_INDEX[a] for a in peptide])[PEP_CONTACT]
+    return oracle["contacts"] @ oracle["matrix"][:, pep].T
+
+
 def energy(cdr3s: list[str], peptide: str, oracle: dict[str, np.ndarray]) -> np.ndarray:
-    """E(cdr3, pep) = sum_ij w_ij M[cdr3_mid_i, pep_j]; higher = stronger binding."""
-    mid = np.array([[AA_INDEX[a] for a in cdr3_middle(c)] for c in cdr3s])        # (N, 5)
-    pep = np.array([AA_INDEX[a] for a in peptide])[PEP_CONTACT]                  # (5,)
-    pair = oracle["matrix"][mid[:, :, None], pep[None, None, :]]                 # (N, 5, 5)
-    return (pair * oracle["contacts"][None]).sum(axis=(1, 2))
+    """E = sum_ij w_ij M[mid_i, pep_j] + sum_{i<k} u_ik M[mid_i, mid_k]; higher = stronger."""
+    mid = middle_ids(cdr3s)
+    unary = cross_unary(peptide, oracle)
+    cross = unary[np.arange(CDR3_MIDDLE)[None], mid].sum(axis=1)
+    return cross + intra_energy(mid, oracle)
+
+
+def exhaustive_optimum(peptide: str, oracle: dict[str, np.ndarray]) -> float:
+    """max over all 20^5 CDR3 middles of the energy (closed enumeration)."""
+    unary, m, u = cross_unary(peptide, oracle), oracle["matrix"], oracle["intra"]
+    n = CDR3_MIDDLE
+    total = np.zeros((20,) * n)
+    for i in range(n):
+        total = total + unary[i].reshape([20 if a == i else 1 for a in range(n)])
+        for k in range(i + 1, n):
+            if u[i, k]:
+                shape = [20 if a in (i, k) else 1 for a in range(n)]
+                total = total + (u[i, k] * m).reshape(shape)
+    return float(total.max())
+
+
+def greedy_left_to_right(peptide: str, oracle: dict[str, np.ndarray]) -> float:
+    """Energy of the middle built left to right, each residue maximising the terms it closes
+    with the residues already fixed (what a reading-order decoder that knew the oracle does)."""
+    unary, m, u = cross_unary(peptide, oracle), oracle["matrix"], oracle["intra"]
+    chosen: list[int] = []
+    for i in range(CDR3_MIDDLE):
+        gain = unary[i] + sum(u[k, i] * m[chosen[k]] for k in range(i))
+        chosen.append(int(np.argmax(gain)))
+    mid = np.array([chosen])
+    return float(unary[np.arange(CDR3_MIDDLE), chosen].sum() + intra_energy(mid, oracle)[0])
+
+
+def order_premise(epitopes: list[str], oracle: dict[str, np.ndarray]) -> dict[str, float]:
+    """Premise of the decoding claim: how often (and by how much, in energy units) left-to-right
+    greedy misses the exhaustive optimum."""
+    gaps = np.array([exhaustive_optimum(p, oracle) - greedy_left_to_right(p, oracle) for p in epitopes])
+    return {"oracle_greedy_suboptimal_fraction": float((gaps > 1e-9).mean()),
+            "oracle_greedy_gap": float(gaps.mean())}
+
+
+def tilted_subset(scores: np.ndarray, n: int, beta: float, rng: np.random.Generator) -> np.ndarray:
+    """Indices of ``n`` of the candidates drawn without replacement with probability
+    proportional to exp(beta * z-scored score) (Gumbel top-k)."""
+    z = (scores - scores.mean()) / (scores.std() + 1e-12)
+    keys = beta * z + rng.gumbel(size=len(scores))
+    return np.sort(np.argsort(-keys)[:n])
+
+
+def peptide_coherence(peptides: list[str], matrix: np.ndarray) -> np.ndarray:
+    """Mean compatibility of all residue pairs among P4-P8 of each peptide."""
+    ids = np.array([[AA_INDEX[a] for a in p] for p in peptides])[:, PEP_CONTACT]
+    pair = matrix[ids[:, :, None], ids[:, None, :]]
+    iu = np.triu_indices(len(PEP_CONTACT), k=1)
+    return pair[:, iu[0], iu[1]].mean(axis=1)
 
 
 # ---------------------------------------------------------------- stages
+def oracle_of(d) -> dict[str, np.ndarray]:
+    return make_oracle(d.seed, d.contacts, d.intra_pairs, d.intra_scale)
+
+
 def build_marginal_stage(cfg, ctx) -> None:
+    """Unpaired CDR3s and peptides. Both are tilted towards BLOSUM-compatible residue pairs
+    (CDR3s by the oracle's own CDR3-CDR3 term, peptides by P4-P8 coherence): the marginal
+    data carry the residue-compatibility rule, never a TCR-epitope pair."""
     torch.set_num_threads(1)
     d = cfg.data
     rng = np.random.default_rng(d.seed)
-    tcrs = sample_cdr3b(d.n_marginal_tcr, d.seed, d.cdr3_min_len, d.cdr3_max_len)
+    oracle = oracle_of(d)
+    pool = sample_cdr3b(d.marginal_oversample * d.n_marginal_tcr, d.seed, d.cdr3_min_len,
+                        d.cdr3_max_len)
+    keep = tilted_subset(intra_energy(middle_ids(pool["cdr3"]), oracle), d.n_marginal_tcr,
+                         d.marginal_tilt, rng)
+    tcrs = {k: [v[i] for i in keep] for k, v in pool.items()}
+    peptides = sample_peptides(d.marginal_oversample * d.n_marginal_pep, rng)
+    keep_pep = tilted_subset(peptide_coherence(peptides, oracle["matrix"]), d.n_marginal_pep,
+                             d.marginal_tilt, rng)
+    peptides = [peptides[i] for i in keep_pep]
     write_table(ctx.out_dir / "marginal_tcr.parquet", tcrs)
-    write_table(ctx.out_dir / "marginal_pep.parquet", {"peptide": sample_peptides(d.n_marginal_pep, rng)})
-    ctx.write_metrics({"n_tcr": len(tcrs["cdr3"]), "n_pep": d.n_marginal_pep,
-                       "mean_cdr3_len": float(np.mean([len(c) for c in tcrs["cdr3"]]))})
+    write_table(ctx.out_dir / "marginal_pep.parquet", {"peptide": peptides})
+    ctx.write_metrics({"n_tcr": len(tcrs["cdr3"]), "n_pep": len(peptides),
+                       "mean_cdr3_len": float(np.mean([len(c) for c in tcrs["cdr3"]])),
+                       "tcr_intra_energy_mean": float(intra_energy(middle_ids(tcrs["cdr3"]), oracle).mean()),
+                       "pep_coherence_mean": float(peptide_coherence(peptides, oracle["matrix"]).mean())})
 
 
 def assign_binders(z: np.ndarray, noise: np.ndarray, sigma: float, quantile: float,
@@ -181,7 +310,8 @@ def assign_splits(pairs: dict, n_epitopes: int, d, rng: np.random.Generator) -> 
 
 
 def contact_features(cdr3s: list[str], peptides: list[str]):
-    """Sparse one-hot of every (CDR3-middle position, residue) x (peptide P4-P8 position, residue)."""
+    """Sparse one-hot of every (CDR3-middle position, residue) x (peptide P4-P8 position, residue)
+    and every pair of CDR3-middle (position, residue): the oracle's terms, weights unknown."""
     from scipy.sparse import csr_matrix
 
     rows, cols = [], []
@@ -191,7 +321,10 @@ def contact_features(cdr3s: list[str], peptides: list[str]):
             for j, b in enumerate(pep):
                 rows.append(r)
                 cols.append(((i * 20 + AA_INDEX[a]) * 5 + j) * 20 + AA_INDEX[b])
-    return csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(cdr3s), 100 * 100))
+            for k in range(i + 1, len(mid)):
+                rows.append(r)
+                cols.append(10_000 + ((i * 20 + AA_INDEX[a]) * 5 + k) * 20 + AA_INDEX[mid[k]])
+    return csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(cdr3s), 2 * 100 * 100))
 
 
 def supervised_val_auroc(pairs: dict, split: np.ndarray, pool: list[str], epitopes: list[str]) -> float:
@@ -217,13 +350,13 @@ def build_paired_stage(cfg, ctx) -> None:
     seen_tcr = set(read_table(marginal / "marginal_tcr.parquet").column("cdr3").to_pylist())
     seen_pep = set(read_table(marginal / "marginal_pep.parquet").column("peptide").to_pylist())
     # the pool is disjoint from the marginal corpus, so no held-out TCR was seen in S1
-    drawn = sample_cdr3b(d.n_pool_tcr + len(seen_tcr) // 4 + 200, d.seed + 1, d.cdr3_min_len,
+    drawn = sample_cdr3b(d.n_pool_tcr + len(seen_tcr) // 2 + 200, d.seed + 1, d.cdr3_min_len,
                          d.cdr3_max_len)
     keep = [i for i, c in enumerate(drawn["cdr3"]) if c not in seen_tcr][:d.n_pool_tcr]
     pool = {k: [v[i] for i in keep] for k, v in drawn.items()}
     rng = np.random.default_rng(d.seed + 2)
     epitopes = sample_peptides(d.n_epitopes, rng, exclude=seen_pep)
-    oracle = make_oracle(d.seed, d.contacts)
+    oracle = oracle_of(d)
     e_pool = np.stack([energy(pool["cdr3"], p, oracle) for p in epitopes])      # (K, N)
     z = (e_pool - e_pool.mean(1, keepdims=True)) / e_pool.std(1, keepdims=True)
     noise = rng.standard_normal(z.shape)
@@ -252,4 +385,5 @@ def build_paired_stage(cfg, ctx) -> None:
     counts = {s: int((split == s).sum()) for s in np.unique(split)}
     ctx.write_metrics({"label_noise_sigma": sigma, "supervised_val_auroc": calibration[sigma],
                        "n_pairs": int(len(split)), "n_positive": int(pairs["label"].sum()),
+                       **order_premise(epitopes, oracle),
                        **{f"n_{s}": n for s, n in counts.items()}})

@@ -4,7 +4,8 @@ IEGR (Iterative Entropy-Guided Refinement), in our words: mask the whole region;
 step predict all still-open positions, fix the one the model is most sure about (lowest
 entropy over the 20 residues) to its sampled residue, re-mask the others and predict again
 with the fixed residues as context. Then polish by Gibbs sweeps that re-mask small random
-subsets. Baselines: one-shot (sample every position from one fully-masked pass) and
+subsets, and return the best state seen (the phase-1 design or the state after any Gibbs
+round), judged by the model's own pseudo-log-likelihood of the region (no oracle access). Baselines: one-shot (sample every position from one fully-masked pass) and
 left-to-right (fix positions in reading order, one pass each).
 
 ``model`` is any callable (1, T) token ids -> (1, T, 20) amino-acid logits.
@@ -16,6 +17,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from components.decodertcr.model import positionwise_pll
 from components.decodertcr.tokens import MASK, N_SPECIAL
 
 Model = Callable[[torch.Tensor], torch.Tensor]
@@ -68,12 +70,19 @@ def iegr(model: Model, tokens: torch.Tensor, positions: list[int], temperature: 
         best = int(entropy(logits).argmin())          # most confident open position
         x[open_positions[best]] = sampled[best]
         order.append(open_positions.pop(best))
-    for _ in range(gibbs_rounds * len(positions)):    # phase 2: Gibbs refinement
-        pick = torch.randperm(len(positions), generator=gen)[:min(gibbs_subset, len(positions))]
-        subset = [positions[int(i)] for i in pick]
-        x[subset] = MASK
-        x[subset] = sample_residues(model(x[None])[0, subset], temperature, gen)
-    return x, order
+    if gibbs_rounds <= 0:
+        return x, order
+    best, best_pll = x.clone(), positionwise_pll(model, x, positions)
+    for _ in range(gibbs_rounds):                     # phase 2: Gibbs refinement
+        for _ in range(len(positions)):
+            pick = torch.randperm(len(positions), generator=gen)[:min(gibbs_subset, len(positions))]
+            subset = [positions[int(i)] for i in pick]
+            x[subset] = MASK
+            x[subset] = sample_residues(model(x[None])[0, subset], temperature, gen)
+        pll = positionwise_pll(model, x, positions)
+        if pll > best_pll:                            # keep the best checkpoint
+            best, best_pll = x.clone(), pll
+    return best, order
 
 
 def design(method: str, model: Model, tokens: torch.Tensor, positions: list[int], g,

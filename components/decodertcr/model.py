@@ -61,8 +61,10 @@ def masked_peptide_pll(model: nn.Module, tokens: torch.Tensor, region: torch.Ten
 @torch.no_grad()
 def positionwise_pll(model: nn.Module, tokens: torch.Tensor, positions: list[int]) -> float:
     """Pseudo-log-likelihood of the residues at ``positions`` of one sequence: each position is
-    masked on its own with the rest as context (ESM-style PLL), averaged."""
-    model.eval()
+    masked on its own with the rest as context (ESM-style PLL), averaged. ``model`` may be any
+    callable from token ids to amino-acid logits."""
+    if isinstance(model, nn.Module):
+        model.eval()
     batch = tokens.repeat(len(positions), 1)
     rows = torch.arange(len(positions))
     cols = torch.tensor(positions)

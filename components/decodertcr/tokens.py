@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from components.decodertcr.corpus import AA
+from components.decodertcr.corpus import AA, PEP_LEN
 
 PAD, CLS, SEP, EOS, MASK = 0, 1, 2, 3, 4
 N_SPECIAL = 5
@@ -21,10 +21,13 @@ def aa_ids(seq: str) -> list[int]:
 
 
 def encode(peptide: str, cdr3: str, max_len: int = MAX_LEN) -> tuple[list[int], list[int]]:
-    """Token ids and region ids of one complex; either component may be empty (marginal data)."""
-    tokens = [CLS] + aa_ids(peptide) + [SEP] + aa_ids(cdr3) + [EOS]
-    region = ([REGION_SPECIAL] + [REGION_PEPTIDE] * len(peptide) + [REGION_SPECIAL]
-              + [REGION_CDR3] * len(cdr3) + [REGION_SPECIAL])
+    """Token ids and region ids of one complex; either component may be empty (marginal data).
+    An absent peptide is a run of PAD tokens, so a CDR3 sits at the same positions alone as in
+    a complex (what the marginal model learns about CDR3 positions carries over)."""
+    pep_ids = aa_ids(peptide) if peptide else [PAD] * PEP_LEN
+    tokens = [CLS] + pep_ids + [SEP] + aa_ids(cdr3) + [EOS]
+    region = ([REGION_SPECIAL] + [REGION_PEPTIDE] * len(peptide) + [REGION_SPECIAL] * (len(pep_ids) - len(peptide))
+              + [REGION_SPECIAL] + [REGION_CDR3] * len(cdr3) + [REGION_SPECIAL])
     pad = max_len - len(tokens)
     if pad < 0:
         raise ValueError(f"complex of length {len(tokens)} exceeds {max_len}")

@@ -1,6 +1,7 @@
 """Tokenize the corpora and train the masked LMs: marginal pre-training (S1), then the paired
-stage per variant (curriculum continues S1; paired-only and mixed start from scratch with the
-same total number of steps)."""
+stage per variant and number of training binders per epitope (curriculum continues S1;
+paired_only starts from scratch with the same paired steps, paired_only_total and mixed with the
+same total steps; marginal_only is the S1 model untouched)."""
 from __future__ import annotations
 
 from typing import Iterator
@@ -14,7 +15,7 @@ from components.common.train import fit
 from components.decodertcr.model import MaskedLM, mlm_loss
 from components.decodertcr.tokens import encode_many, mask_batch
 
-VARIANTS = ("curriculum", "paired_only", "mixed")
+VARIANTS = ("curriculum", "paired_only", "paired_only_total", "mixed", "marginal_only")
 
 
 def tokenize_stage(cfg, ctx) -> None:
@@ -32,10 +33,21 @@ def tokenize_stage(cfg, ctx) -> None:
         rows = torch.from_numpy(np.flatnonzero(split == name))
         out[str(name)] = (p_tok[rows], p_reg[rows])
     # the MLM sees only observed (binding) complexes, like VDJdb; negatives are for scoring
-    binders = torch.from_numpy(np.flatnonzero((split == "train") & (label == 1)))
-    out["train_binders"] = (p_tok[binders], p_reg[binders])
+    epitope_id = np.array(paired["epitope_id"])
+    for cap in cfg.train.binders_per_epitope:
+        binders = torch.from_numpy(capped_binders(split, label, epitope_id, cap))
+        out[f"train_binders_{cap}"] = (p_tok[binders], p_reg[binders])
     save_torch(ctx.out_dir / "tokens.pt", out)
     ctx.write_metrics({f"n_{k}": int(v[0].shape[0]) for k, v in out.items()})
+
+
+def capped_binders(split: np.ndarray, label: np.ndarray, epitope_id: np.ndarray, cap: int) -> np.ndarray:
+    """Rows of the first ``cap`` training binders of each epitope (in table order, which is
+    random), so smaller caps are subsets of larger ones and the evaluation sets never change."""
+    rows = []
+    for e in np.unique(epitope_id):
+        rows += list(np.flatnonzero((split == "train") & (label == 1) & (epitope_id == e))[:cap])
+    return np.sort(np.array(rows, dtype=np.int64))
 
 
 def mlm_batches(sources: list[tuple[torch.Tensor, torch.Tensor]], weights: list[float],
@@ -74,25 +86,33 @@ def pretrain_marginal_stage(cfg, ctx) -> None:
 
 
 def train_paired_stage(cfg, ctx) -> None:
-    """S2 per variant, all at marginal_steps + paired_steps optimiser steps in total."""
+    """S2 per variant and binder cap (see the module docstring for the step budgets)."""
     torch.set_num_threads(1)
-    variant, seed = ctx.item["variant"], ctx.item["seed"]
+    variant, seed, cap = ctx.item["variant"], ctx.item["seed"], ctx.item["binders"]
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; choose from {VARIANTS}")
     seed_everything(seed)
     t = cfg.train
     tokens = load_torch(ctx.inputs["tokenize"] / "tokens.pt")
+    paired = tokens[f"train_binders_{cap}"]
     model = new_model(cfg)
     total = t.marginal_steps + t.paired_steps
+    metrics = {"n_train_binders": int(paired[0].shape[0])}
+    if variant in ("curriculum", "marginal_only"):
+        model.load_state_dict(load_torch(ctx.inputs["pretrain_marginal"][str(seed)] / "model.pt"))
     if variant == "curriculum":
-        s1 = load_torch(ctx.inputs["pretrain_marginal"][str(seed)] / "model.pt")
-        model.load_state_dict(s1)
-        records = train_mlm(model, [tokens["train_binders"]], [1.0], t.paired_steps, cfg, seed + 1, ctx, "s2")
+        records = train_mlm(model, [paired], [1.0], t.paired_steps, cfg, seed + 1, ctx, "s2")
     elif variant == "paired_only":
-        records = train_mlm(model, [tokens["train_binders"]], [1.0], total, cfg, seed + 1, ctx, "s2")
-    else:  # same marginal/paired exposure as the curriculum, but shuffled together
-        records = train_mlm(model, [tokens["marginal"], tokens["train_binders"]],
+        records = train_mlm(model, [paired], [1.0], t.paired_steps, cfg, seed + 1, ctx, "s2")
+    elif variant == "paired_only_total":
+        records = train_mlm(model, [paired], [1.0], total, cfg, seed + 1, ctx, "s2")
+    elif variant == "mixed":  # same marginal/paired exposure as the curriculum, shuffled together
+        records = train_mlm(model, [tokens["marginal"], paired],
                             [t.marginal_steps / total, t.paired_steps / total], total, cfg,
                             seed + 1, ctx, "s2")
+    else:
+        records = []
+    if records:
+        metrics["final_loss"] = records[-1]["s2/loss"]
     save_torch(ctx.out_dir / "model.pt", model.state_dict())
-    ctx.write_metrics({"final_loss": records[-1]["s2/loss"]})
+    ctx.write_metrics(metrics)

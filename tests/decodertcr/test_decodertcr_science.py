@@ -7,8 +7,10 @@ import torch
 import torch.nn.functional as F
 
 from components.decodertcr.config import DecodertcrConfig
-from components.decodertcr.corpus import (AA, assign_binders, assign_splits, energy, make_oracle,
-                                          make_pairs)
+from components.decodertcr.corpus import (AA, assign_binders, assign_splits, blosum62, energy,
+                                          exhaustive_optimum, greedy_left_to_right, make_oracle,
+                                          make_pairs, standardised_blosum62)
+from components.decodertcr.train import capped_binders
 from components.decodertcr.decoding import entropy, iegr, left_to_right, one_shot
 from components.decodertcr.model import MaskedLM, masked_peptide_pll, mlm_loss
 from components.decodertcr.tokens import (CLS, EOS, MASK, MAX_LEN, N_SPECIAL, PAD, REGION_CDR3,
@@ -94,12 +96,86 @@ def test_mlm_loss_is_finite_and_pll_matches_closed_form():
 
 
 def test_energy_matches_explicit_sum():
-    oracle = make_oracle(0, 10)
+    oracle = make_oracle(0, 10, 5, 1.0)
     cdr3, pep = "CASSLAPGATNEKLFF", "GLCTLVAML"
     start = (len(cdr3) - 5) // 2
-    explicit = sum(oracle["contacts"][i, j] * oracle["matrix"][AA.index(cdr3[start + i]), AA.index(pep[3 + j])]
+    m = oracle["matrix"]
+    explicit = sum(oracle["contacts"][i, j] * m[AA.index(cdr3[start + i]), AA.index(pep[3 + j])]
                    for i in range(5) for j in range(5))
+    explicit += sum(oracle["intra"][i, k] * m[AA.index(cdr3[start + i]), AA.index(cdr3[start + k])]
+                    for i in range(5) for k in range(i + 1, 5))
     assert energy([cdr3], pep, oracle)[0] == pytest.approx(explicit)
+    assert (oracle["intra"] != 0).sum() == 5 and not np.tril(oracle["intra"]).any()
+
+
+def test_blosum62_table_spot_values_and_standardisation():
+    b = blosum62()
+    ix = AA.index
+    assert np.array_equal(b, b.T) and b.sum() == -426
+    assert (b[ix("W"), ix("W")], b[ix("C"), ix("C")], b[ix("A"), ix("A")]) == (11, 9, 4)
+    assert (b[ix("I"), ix("V")], b[ix("D"), ix("E")], b[ix("W"), ix("N")]) == (3, 2, -4)
+    assert np.diag(b).min() == 4 and np.diag(b).argmax() == ix("W")
+    s = standardised_blosum62()
+    assert s.mean() == pytest.approx(0, abs=1e-12) and s.std() == pytest.approx(1)
+
+
+def test_exhaustive_optimum_matches_brute_force_and_bounds_greedy():
+    import itertools
+
+    oracle = make_oracle(3, 10, 5, 1.0)
+    pep = "GLCTLVAML"
+    cands = ["".join(t) for t in itertools.product("WCLIKDGS", repeat=5)]
+    sub = {**oracle, "matrix": oracle["matrix"]}
+    # brute force over a residue subset bounds the exhaustive optimum from below
+    assert exhaustive_optimum(pep, sub) >= energy(cands, pep, oracle).max() - 1e-9
+    assert greedy_left_to_right(pep, oracle) <= exhaustive_optimum(pep, oracle) + 1e-9
+    # without CDR3-CDR3 couplings the optimum is separable, so greedy is exact
+    separable = {**oracle, "intra": np.zeros_like(oracle["intra"])}
+    assert greedy_left_to_right(pep, separable) == pytest.approx(exhaustive_optimum(pep, separable))
+
+
+def test_absent_peptide_keeps_cdr3_positions_of_a_complex():
+    alone, _ = encode("", "CASSLGF")
+    pair, region = encode("GLCTLVAML", "CASSLGF")
+    cdr3 = [i for i, r in enumerate(region) if r == REGION_CDR3]
+    assert [alone[i] for i in cdr3] == [pair[i] for i in cdr3]
+    assert alone[1:10] == [PAD] * 9
+
+
+def test_binder_caps_are_nested_and_per_epitope():
+    split = np.array(["train"] * 8 + ["val"] * 2)
+    label = np.array([1, 1, 1, 0, 1, 1, 1, 0, 1, 1])
+    epi = np.array([0, 0, 0, 0, 1, 1, 1, 1, 0, 1])
+    two, one = capped_binders(split, label, epi, 2), capped_binders(split, label, epi, 1)
+    assert two.tolist() == [0, 1, 4, 5] and one.tolist() == [0, 4]
+
+
+class GibbsSpoiler(torch.nn.Module):
+    """Single-sequence calls after phase 1 push every residue to C; batched calls (the PLL
+    scorer) prefer A. The best state is then the phase-1 design, not the last Gibbs state."""
+
+    def __init__(self, n_phase1: int):
+        super().__init__()
+        self.n_phase1, self.single_calls = n_phase1, 0
+
+    def forward(self, tokens):
+        logits = torch.zeros(tokens.shape[0], tokens.shape[1], 20)
+        if tokens.shape[0] == 1:
+            self.single_calls += 1
+            favourite = AA.index("A") if self.single_calls <= self.n_phase1 else AA.index("C")
+        else:
+            favourite = AA.index("A")
+        logits[..., favourite] = 10.0
+        return logits
+
+
+def test_iegr_returns_the_best_state_over_its_gibbs_rounds():
+    tokens, region, positions = _template()
+    model = GibbsSpoiler(len(positions))
+    designed, _ = iegr(model, tokens, positions, 0.0, torch.Generator().manual_seed(0),
+                       gibbs_rounds=2, gibbs_subset=3)
+    assert model.single_calls > len(positions)            # the Gibbs rounds did run
+    assert decode_region(designed, region, REGION_CDR3)[3:-3] == "A" * len(positions)
 
 
 def test_splits_do_not_leak_heldout_tcrs_or_epitopes_into_training():

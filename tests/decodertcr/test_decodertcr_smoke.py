@@ -11,17 +11,19 @@ from flows.runtime.testing import run_in_temp_project
 @pytest.mark.smoke
 def test_decodertcr_smoke_end_to_end(tmp_path):
     result = run_in_temp_project("decodertcr", tmp_path / "proj", profile="smoke")
-    # 5 plain stages + pretrain(1 seed) + train/score(2 variants) + generate(1) + report chain
-    assert len(result.executed) == 12
+    # 5 plain stages + pretrain(1 seed) + train/score(3 variants x 1 cap) + generate(1) + evals + report
+    assert len(result.executed) == 15
     paired = result.metrics("decodertcr", "build_paired")
     assert paired["n_train"] > 0 and paired["n_test_tcr"] > 0 and paired["n_test_epitope"] > 0
     disc = result.metrics("decodertcr", "evaluate_discrimination")
-    for variant in ("curriculum", "paired_only"):
-        assert 0.0 <= disc[f"test_tcr/{variant}/macro_auroc"] <= 1.0
+    for variant in ("curriculum", "paired_only", "marginal_only"):
+        assert 0.0 <= disc[f"test_tcr/{variant}/b10/macro_auroc"] <= 1.0
     gen = result.metrics("decodertcr", "evaluate_generation")
     for method in ("iegr", "one_shot", "left_to_right"):
         assert 0.0 <= gen[f"{method}/energy_percentile"] <= 100.0
         assert math.isfinite(gen[f"{method}/model_pll"]) and gen[f"{method}/model_pll"] < 0
     report = result.metrics("decodertcr", "report")
     assert report["criteria_gated"] == 2
+    assert 0.0 <= paired["oracle_greedy_suboptimal_fraction"] <= 1.0
+    assert 0.0 <= disc["val/marginal_only/macro_auroc"] <= 1.0
     assert (result.out("decodertcr", "report") / "claims.json").is_file()
