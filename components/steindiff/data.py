@@ -40,6 +40,9 @@ def prepare_data_stage(cfg, ctx) -> None:
     write_json_atomic(ctx.out_dir / "mixture.json", mixture.to_dict())
     save_npy(ctx.out_dir / "mixture_reference.npy",
              mixture.sample(d.n_reference, np.random.default_rng(d.reference_seed)))
+    # a second true-sample set for the premise checks, so they never look at the test reference
+    save_npy(ctx.out_dir / "mixture_validation.npy",
+             mixture.sample(d.n_reference, np.random.default_rng(d.validation_seed)))
 
     x, y = load_digits_scaled()
     train, test = split_indices(len(x), d.digits_test_fraction, d.split_seed)

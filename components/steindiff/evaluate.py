@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import torch
 
 from components.common.io import read_json, read_table, write_table
@@ -14,10 +15,11 @@ from components.steindiff.train import load_classifier
 from components.steindiff.threads import torch_threads
 
 
-def mixture_metrics(x: np.ndarray, reference: np.ndarray, mixture: Mixture, mmd: RBFMMD,
-                    ev) -> dict:
+def mixture_metrics(x: np.ndarray, reference: np.ndarray, validation: np.ndarray,
+                    mixture: Mixture, mmd: RBFMMD, ev) -> dict:
     x = np.where(np.isfinite(x), x, 1e6)   # a blown-up trajectory scores badly, not NaN
     return {"sw2": sliced_wasserstein(x, reference, ev.n_projections, ev.projection_seed),
+            "sw2_val": sliced_wasserstein(x, validation, ev.n_projections, ev.projection_seed),
             "mmd": mmd(x[:ev.mmd_max_points]),
             "log_density": float(np.mean(mixture.log_density(x))),
             **mode_stats(x, mixture, ev.mode_radius_stds, ev.mode_min_share)}
@@ -53,27 +55,47 @@ class DigitFeatures:
 def _sample_rows(instances: dict[str, Path], score) -> list[dict]:
     rows = []
     for inst_dir in instances.values():
-        gammas = _gamma_summary(Path(inst_dir))
+        gammas = _gamma_summary(_gamma_table(Path(inst_dir)))
         for run in read_json(Path(inst_dir) / "runs.json"):
             x = load_npy(Path(inst_dir) / run["file"])
             key = (run["steps"], run["correction"])
             rows.append({**{k: v for k, v in run.items() if k != "file"}, **score(x),
-                         "gamma_mean": gammas.get(key, float("nan"))})
+                         **gammas.get(key, {"gamma_mean": NAN, "clip_frac": NAN})})
     return rows
 
 
-def _gamma_summary(inst_dir: Path) -> dict:
+NAN = float("nan")
+
+
+def _gamma_table(inst_dir: Path) -> pd.DataFrame:
     path = inst_dir / "gammas.parquet"
-    if not path.exists():
+    return read_table(path).to_pandas() if path.exists() else pd.DataFrame()
+
+
+def _gamma_summary(df: pd.DataFrame) -> dict:
+    """Per (steps, correction): mean γ and the fraction of corrected steps that were clipped."""
+    if df.empty:
         return {}
-    df = read_table(path).to_pandas()
-    df = df[df["sigma_next"] > 0]
-    return {(int(n), "stein"): float(g) for n, g in df.groupby("steps")["gamma"].mean().items()}
+    inner = df[df["sigma_next"] > 0].groupby(["steps", "correction"])
+    return {(int(n), c): {"gamma_mean": float(g["gamma"].mean()),
+                          "clip_frac": float(g["clipped"].mean())} for (n, c), g in inner}
+
+
+def gamma_log(instances: dict[str, Path], dataset: str) -> pd.DataFrame:
+    """Every step record of every instance, with its dataset, solver and seed."""
+    frames = []
+    for inst_dir in instances.values():
+        df = _gamma_table(Path(inst_dir))
+        runs = read_json(Path(inst_dir) / "runs.json")
+        if df.empty or not runs:
+            continue
+        frames.append(df.assign(dataset=dataset, solver=runs[0]["solver"], seed=runs[0]["seed"]))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def _reference_row(dataset: str, metrics: dict) -> dict:
     return {"dataset": dataset, "solver": "true_samples", "seed": -1, "steps": 0, "nfe": 0,
-            "correction": "none", "wall_s": 0.0, **metrics, "gamma_mean": float("nan")}
+            "correction": "none", "wall_s": 0.0, **metrics, "gamma_mean": NAN, "clip_frac": NAN}
 
 
 def evaluate_stage(cfg, ctx) -> None:
@@ -85,11 +107,13 @@ def _evaluate_stage(cfg, ctx) -> None:
     ev, data = cfg.evaluate, ctx.inputs["prepare_data"]
     mixture = load_mixture(data)
     reference = load_npy(data / "mixture_reference.npy")
+    validation = load_npy(data / "mixture_validation.npy")
     mmd = RBFMMD(reference[:ev.mmd_max_points])
     rows = _sample_rows(ctx.inputs["sample_mixture"],
-                        lambda x: mixture_metrics(x, reference, mixture, mmd, ev))
+                        lambda x: mixture_metrics(x, reference, validation, mixture, mmd, ev))
     fresh = mixture.sample(len(reference), np.random.default_rng(ev.projection_seed + 1))
-    rows.append(_reference_row("mixture", mixture_metrics(fresh, reference, mixture, mmd, ev)))
+    rows.append(_reference_row("mixture", mixture_metrics(fresh, reference, validation, mixture,
+                                                          mmd, ev)))
 
     digits = DigitFeatures(ctx.inputs["train_feature_net"], load_npy(data / "digits_train_x.npy"),
                            ev.mmd_max_points)
@@ -100,4 +124,7 @@ def _evaluate_stage(cfg, ctx) -> None:
     columns = sorted({k for r in rows for k in r})
     table = {k: [r.get(k, float("nan")) for r in rows] for k in columns}
     write_table(ctx.out_dir / "metrics.parquet", table)
+    steps = pd.concat([gamma_log(ctx.inputs["sample_mixture"], "mixture"),
+                       gamma_log(ctx.inputs["sample_digits"], "digits")], ignore_index=True)
+    write_table(ctx.out_dir / "gammas.parquet", steps)
     ctx.write_metrics({"n_rows": len(rows)})

@@ -179,3 +179,60 @@ def test_quality_metrics_basic_properties():
     stats = mode_stats(mix.sample(4000, rng), mix)
     assert stats["modes_covered"] == 8 and stats["high_quality"] > 0.95
     assert mode_stats(np.zeros((100, 2)), mix)["modes_covered"] == 0
+
+
+# ----------------------------------------------------------------------------- primary arm, oracle
+def test_primary_arm_is_the_formula_as_written():
+    """Bug fixed: the default arm used the stepwise coupling (σ² - σ_next²) and a two-sided
+    clip; the paper's formula uses σ_k² and clips from below only."""
+    from components.steindiff.config import SteindiffConfig
+
+    cfg = SteindiffConfig()
+    assert cfg.sample.stein.coupling == "marginal" and cfg.sample.stein.gamma_max is None
+    assert cfg.sample.stein_ablation.coupling == "stepwise"
+    assert (cfg.sample.stein_ablation.gamma_min, cfg.sample.stein_ablation.gamma_max) == (0.5, 1.5)
+    settings = SteinSettings.from_section(cfg.sample.stein)
+    assert coupling_variance(2.0, 1.2, settings.coupling) == pytest.approx(4.0)
+    x = torch.randn(2000, 2, generator=torch.Generator().manual_seed(1), dtype=torch.float64) * 2.2
+    _, _, rec = stein_step(GAUSS.denoiser(), x, 2.0, 1.2, "euler", settings)
+    assert rec["gamma_raw"] > 1.5 and rec["gamma"] == rec["gamma_raw"] and rec["clipped"] == 0.0
+
+
+def _gauss_flow(x, sigma, sigma_next):
+    """Exact PF-ODE map for N(μ, s² I) data: x - μ scales by sqrt((s² + σ'²) / (s² + σ²))."""
+    mu = torch.as_tensor(GAUSS.means[0])
+    scale = math.sqrt((GAUSS.std**2 + sigma_next**2) / (GAUSS.std**2 + sigma**2))
+    return mu + scale * (x - mu)
+
+
+def test_fine_flow_matches_gaussian_closed_form():
+    from components.steindiff.stein import fine_flow
+
+    x = torch.randn(500, 2, generator=torch.Generator().manual_seed(2), dtype=torch.float64) * 5
+    torch.testing.assert_close(fine_flow(GAUSS.denoiser(), x, 5.0, 0.3, 64),
+                               _gauss_flow(x, 5.0, 0.3), rtol=1e-3, atol=2e-3)
+
+
+def test_oracle_step_lands_on_the_flow_map_for_isotropic_gaussian():
+    """For isotropic Gaussian data the Euler residual is parallel to x - Φ(x), so the oracle
+    scalar recovers the exact flow map; its γ is then far from the marginal Stein γ (1/h)."""
+    from components.steindiff.stein import sample_oracle
+
+    x = torch.randn(1000, 2, generator=torch.Generator().manual_seed(3), dtype=torch.float64) * 3
+    sig = torch.tensor([3.0, 1.0, 0.0], dtype=torch.float64)
+    out, records = sample_oracle(GAUSS.denoiser(), x, sig, "euler", 64)
+    expected = _gauss_flow(x, 3.0, 1.0)
+    x1 = x - records[0]["gamma"] * (x - (x + (1.0 - 3.0) * (x - GAUSS.denoiser()(x, 3.0)) / 3.0))
+    torch.testing.assert_close(x1, expected, rtol=1e-3, atol=2e-3)
+    assert records[1]["gamma"] == 1.0          # last step to σ = 0 left alone
+    assert torch.isfinite(out).all()
+
+
+def test_stein_records_carry_oracle_gamma_when_asked():
+    mix = Mixture.ring(8, 2.0, 0.15)
+    x = 80.0 * torch.randn(400, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    _, with_oracle = sample_steindiff(mix.denoiser(), x, edm_sigmas(3), "heun", SteinSettings(),
+                                      oracle_substeps=16)
+    _, without = sample_steindiff(mix.denoiser(), x, edm_sigmas(3), "heun", SteinSettings())
+    assert all(math.isfinite(r["gamma_oracle"]) for r in with_oracle[:-1])
+    assert all(math.isnan(r["gamma_oracle"]) for r in without)

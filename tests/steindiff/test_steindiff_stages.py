@@ -67,14 +67,22 @@ def test_chain_outputs_are_valid(chain):
     assert all(rec["passed"] for rec in checks.values())
 
     runs = read_json(outs["sample_mixture"]["heun-0"] / "runs.json")
-    assert {(r["steps"], r["correction"]) for r in runs} == {(n, c) for n in (3, 4, 5)
-                                                              for c in ("none", "stein")}
+    arms = ("none", "stein", "stein_stepwise")
+    # the oracle runs only on its own budgets (smoke: N = 3, 5)
+    assert {(r["steps"], r["correction"]) for r in runs} == {
+        (n, c) for n in (3, 4, 5) for c in arms} | {(3, "oracle"), (5, "oracle")}
     gammas = read_table(outs["sample_mixture"]["heun-0"] / "gammas.parquet").to_pandas()
     inner = gammas[gammas.sigma_next > 0]
-    assert inner.gamma.between(0.5, 1.5).all()
+    assert inner[inner.correction == "stein_stepwise"].gamma.between(0.5, 1.5).all()
+    assert (inner[inner.correction == "stein"].gamma >= 0.5).all()     # lower clip only
     assert (gammas[gammas.sigma_next == 0].gamma == 1.0).all()   # last step never corrected
+    oracle_budgets = inner[inner.correction != "none"].steps.isin([3, 5])
+    assert inner[oracle_budgets].gamma_oracle.notna().all()
+    assert inner[~oracle_budgets].gamma_oracle.isna().all()
     logged = {name for name, *_ in contexts["sample_mixture@heun-0"].history}
-    assert "gamma/N3_stein" in logged
+    assert {"gamma/N3_stein", "gamma_over_oracle/N3_stein", "gamma/N3_oracle"} <= logged
+    digit_runs = read_json(outs["sample_digits"]["heun-0"] / "runs.json")
+    assert {r["steps"] for r in digit_runs if r["correction"] == "oracle"} == {3}
 
     metrics = read_table(outs["evaluate"] / "metrics.parquet").to_pandas()
     runs_only = metrics[metrics.solver != "true_samples"]
@@ -84,7 +92,11 @@ def test_chain_outputs_are_valid(chain):
 
     crit = read_json(outs["report"] / "criteria.json")
     assert set(crit["C1_sw2_ratio"]) == {"3", "4", "5"} and crit["C1_pass"] in (True, False)
-    assert crit["C3_pass"] in (True, False)
+    assert set(crit["P1_oracle_ratio_val"]) == {"3", "5"}        # no oracle at N = 4 here
+    assert set(crit["P1_gated_budgets"]) <= {3, 5}
+    assert crit["C3_pass"] in (True, False) and set(crit["P3_gated_budgets"]) <= {3}
+    assert set(crit["clip_frac"]["stein"]["mixture"]) == {"3", "4", "5"}
+    assert "gamma_oracle" in (outs["report"] / "report.md").read_text()
     assert (outs["report"] / "report.md").read_text().count("| heun |") >= 3
     json.dumps(crit, allow_nan=False)   # strict JSON: no NaN leaks into the criteria
 
