@@ -51,7 +51,7 @@ class Merge(Section):
 class Tune(Section):
     # same grid for every space and rule; widened from {0.5, 1, 1.5} (0.5, the edge, was chosen
     # for every merge in the first runs) until the chosen value is interior (CLAIMS.md)
-    alphas: list[float] = [0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0]
+    alphas: list[float] = [0.05, 0.075, 0.1, 0.125, 0.15, 0.2, 0.3]
 
 
 class Timing(Section):
