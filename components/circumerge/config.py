@@ -43,29 +43,35 @@ class Merge(Section):
     rules: list[str] = ["ta", "ties", "tsv"]
     ties_density: float = 0.2
     tsv_fraction: Optional[float] = None   # None: 1/T of each task's directions
-    sketch_factor: float = 2.0             # s = c * Tr * ln(Tr) sampled rows / columns
+    sketch_factor: Optional[float] = 2.0   # s = c * Tr * ln(Tr) sampled rows / columns; None: all
     target_rank: Optional[int] = None      # None: T*r (no truncation)
     repeats: int = 5                       # merge time = median of repeats
 
 
 class Tune(Section):
-    alphas: list[float] = [0.5, 1.0, 1.5]  # same grid for every space and rule
+    # same grid for every space and rule; widened from {0.5, 1, 1.5} (0.5, the edge, was chosen
+    # for every merge in the first runs) until the chosen value is interior (CLAIMS.md)
+    alphas: list[float] = [0.05, 0.075, 0.1, 0.125, 0.15, 0.2, 0.3]
 
 
 class Timing(Section):
-    """Synthetic factors at real layer shapes; wall time of each merge, I/O excluded."""
+    """Synthetic factors at real layer shapes: merge fidelity and wall time, I/O excluded."""
     dim: int = 4096
     n_tasks: int = 8
     rank: int = 16
     n_matrices: int = 4            # the paper's model has 32 layers x 7 matrices; we time a few
-    repeats: int = 5
-    threads: int = 2
+    repeats: int = 9               # median of 9 (cheap at these shapes; the issue asks >= 5)
+    threads: list[int] = [1, 2]    # timed at each thread count, side by side
+    factor_seed: int = 0           # synthetic factors (dev measurements used another seed)
+    sketch_seed: int = 0           # CircuMerge transform + sampling seed
     rules: list[str] = ["ta", "ties", "tsv"]
 
 
 class Claims(Section):
     accuracy_margin: float = 1.0   # points of normalised accuracy below Core Space allowed
-    time_ratio: float = 0.7        # CircuMerge / Core Space merge time at 4096-wide shapes
+    time_ratio: float = 0.7        # CircuMerge / faster Core Space merge time at 4096-wide shapes
+    fidelity: float = 0.1          # ||dCircuMerge - dCore|| / ||dCore|| at 4096-wide shapes
+    gated_rules: list[str] = ["ties", "tsv"]   # TA is exact in any sketched space: reported only
 
 
 class CircumergeConfig(MethodConfig):
@@ -87,13 +93,13 @@ class CircumergeConfig(MethodConfig):
         "train": {"steps": 200, "lr": 1e-2},
         "merge": {"repeats": 2},
         "tune": {"alphas": [0.5, 1.0]},
-        "timing": {"dim": 512, "n_tasks": 4, "rank": 8, "n_matrices": 1, "repeats": 2},
+        "timing": {"dim": 512, "n_tasks": 4, "rank": 8, "n_matrices": 1, "repeats": 2, "threads": [1]},
     }
     PAPER: ClassVar[dict] = {
         "data": {"kind": "external",
                  "tasks": ["cars", "dtd", "eurosat", "gtsrb", "mnist", "resisc45", "sun397", "svhn"]},
         "model": {"rank": 16},
-        "timing": {"n_matrices": 224, "threads": 16},   # 32 layers x 7 matrices
+        "timing": {"n_matrices": 224, "threads": [16]},   # 32 layers x 7 matrices
     }
 
     def preflight(self) -> None:

@@ -51,7 +51,15 @@ def tune_alpha_stage(cfg, ctx) -> None:
         ctx.progress(i + 1, len(keys), f"{key}: alpha={chosen[key]}")
     write_table(ctx.out_dir / "alpha_search.parquet", rows)
     write_json_atomic(ctx.out_dir / "alphas.json", chosen)
-    ctx.write_metrics({f"alpha/{k}": a for k, a in chosen.items()})
+    best_val = {k: max(v for kk, v in zip(rows["key"], rows["val_normalised_acc"]) if kk == k) for k in chosen}
+    ctx.write_metrics({f"alpha/{k}": a for k, a in chosen.items()}
+                      | {f"val_normalised_acc/{k}": v for k, v in best_val.items()}
+                      | {"n_alpha_at_edge": alphas_at_edge(chosen, cfg.tune.alphas)})
+
+
+def alphas_at_edge(chosen: dict[str, float], grid: list[float]) -> int:
+    """How many merges chose the smallest or largest alpha of the grid (the grid may be too narrow)."""
+    return sum(a in (min(grid), max(grid)) for a in chosen.values())
 
 
 def _group(space: str, rule: str) -> str:
@@ -59,7 +67,7 @@ def _group(space: str, rule: str) -> str:
 
 
 def accuracy_verdicts(table: dict, rules: list[str], margin: float) -> dict:
-    """Criterion (i): CircuMerge (mean over seeds) >= Core Space - margin, for each rule."""
+    """CircuMerge (mean over seeds) >= Core Space - margin, for each rule (TA: reported only)."""
     out = {}
     for rule in rules:
         core = [a for s, r, a in zip(table["space"], table["rule"], table["normalised_acc"]) if (s, r) == ("core", rule)]
@@ -96,7 +104,7 @@ def evaluate_stage(cfg, ctx) -> None:
     verdicts = {"label": LABEL,
                 "accuracy": accuracy_verdicts(table, list(cfg.merge.rules), cfg.claims.accuracy_margin),
                 "timing": timing_verdicts(read_json(ctx.inputs["timing_benchmark"] / "timing.json"),
-                                          cfg.claims.time_ratio),
+                                          cfg.claims.time_ratio, cfg.claims.fidelity),
                 "individual_test_acc": individual}
     write_json_atomic(ctx.out_dir / "claims.json", verdicts)
     ctx.write_metrics(_summary_metrics(table, verdicts))
@@ -109,9 +117,16 @@ def _merge_columns(ctx):
     return [m["key"] for m in merges], merges
 
 
-def timing_verdicts(timing: dict, ratio: float) -> dict:
-    """Criterion (ii): CircuMerge / Core Space median merge time <= ratio, for each rule."""
-    return {rule: {**t, "pass": t["ratio"] <= ratio} for rule, t in timing["rules"].items()}
+def timing_verdicts(timing: dict, ratio: float, fidelity: float) -> dict:
+    """At 4096-wide shapes: CircuMerge / faster Core Space median time <= ratio at every thread
+    count, and relative merge error vs Core Space <= fidelity, for each rule."""
+    out = {}
+    for rule, f in timing["fidelity"].items():
+        out[rule] = {"fidelity": f["circumerge_vs_core"], "pass_fidelity": f["circumerge_vs_core"] <= fidelity}
+        for n, table in timing["threads"].items():
+            out[rule][f"ratio_t{n}"] = table[rule]["ratio"]
+            out[rule][f"pass_time_t{n}"] = table[rule]["ratio"] <= ratio
+    return out
 
 
 def _summary_metrics(table: dict, verdicts: dict) -> dict:
@@ -122,8 +137,14 @@ def _summary_metrics(table: dict, verdicts: dict) -> dict:
     for g, vals in groups.items():
         out[f"normalised_acc/{g}"] = summarize(vals)["mean"]
     for rule, v in verdicts["accuracy"].items():
+        out[f"acc_gap/{rule}"] = v["gap"]
         out[f"pass_accuracy/{rule}"] = bool(v["pass"])
     for rule, v in verdicts["timing"].items():
-        out[f"time_ratio/{rule}"] = v["ratio"]
-        out[f"pass_timing/{rule}"] = bool(v["pass"])
+        out[f"fidelity/{rule}"] = v["fidelity"]
+        out[f"pass_fidelity/{rule}"] = bool(v["pass_fidelity"])
+        for key, value in v.items():
+            if key.startswith("ratio_t"):
+                out[f"time_ratio/{rule}/{key.removeprefix('ratio_')}"] = value
+            elif key.startswith("pass_time_t"):
+                out[f"pass_timing/{rule}/{key.removeprefix('pass_time_')}"] = bool(value)
     return out

@@ -100,4 +100,6 @@ def merge_stage(cfg, ctx) -> None:
     write_table(ctx.out_dir / "merges.parquet", rows)
     write_json_atomic(ctx.out_dir / "merges.json", {"label": LABEL, "keys": rows["key"]})
     ctx.write_metrics({f"merge_time_s/{k}": t for k, t in zip(rows["key"], rows["merge_time_s"])}
-                      | {f"erank/{k}": e for k, e in zip(rows["key"], rows["erank_merged"])})
+                      | {f"erank/{k}": e for k, e in zip(rows["key"], rows["erank_merged"])}
+                      | {f"rel_err_vs_core/{k}": e for k, e in zip(rows["key"], rows["rel_err_vs_core"])
+                         if k.startswith("circumerge")})

@@ -75,14 +75,10 @@ def text_task_split(task: str, n: int, rng: np.random.Generator) -> tuple[list[s
 
 # ----------------------------------------------------------------------------- text (MiniLM)
 def prepare_text_tasks(data, model, out_dir) -> None:
-    from components.circumerge.models import MiniLMLower, MiniLMUpper, minilm_state, minilm_upper_state, tokenize
+    from components.circumerge.models import split_minilm
+    from components.common.minilm import tokenize
 
-    config, weights = minilm_state()
-    start, n_upper = model.first_adapted_layer, model.n_layers - model.first_adapted_layer
-    lower = MiniLMLower(config, weights, start)
-    upper = MiniLMUpper(config, n_upper)
-    upper.load_state_dict(minilm_upper_state(weights, start, n_upper))
-    upper.eval()
+    lower, upper = split_minilm(model.first_adapted_layer)
 
     @torch.inference_mode()
     def lower_states(texts):
@@ -108,8 +104,7 @@ def prepare_text_tasks(data, model, out_dir) -> None:
                           "scale": float(model.head_scale)}
         save_torch(out_dir / "tasks" / f"{task}.pt", record)
     write_table(out_dir / "texts.parquet", rows)
-    spec = {"config": config, "n_layers": n_upper,
-            "state": minilm_upper_state(weights, start, n_upper)}
+    spec = {"n_layers": len(upper.layer), "state": upper.state_dict()}
     save_torch(out_dir / "backbone.pt", {"kind": "minilm", "spec": spec})
 
 

@@ -3,7 +3,8 @@ import torch
 
 from components.circumerge.config import CircumergeConfig
 from components.circumerge.merge import merge_stage
-from components.circumerge.timing import timing_benchmark_stage
+from components.circumerge.evaluate import alphas_at_edge
+from components.circumerge.timing import fidelity, synthetic_factors, timing_benchmark_stage
 from components.common.context import LocalContext
 from components.common.io import load_torch, read_json, read_table, save_torch
 from flows.circumerge import METHOD
@@ -40,17 +41,62 @@ def test_merge_stage_writes_every_space_rule_and_seed(tmp_path):
     assert "merge_time_s/core-tsv" in ctx.summary
 
 
-def test_timing_stage_reports_ratio_per_rule_and_restores_threads(tmp_path):
+def test_timing_stage_reports_ratio_per_rule_and_thread_count_and_restores_threads(tmp_path):
     cfg = CircumergeConfig.for_profile("smoke", {"timing": {"dim": 128, "n_tasks": 2, "rank": 4,
-                                                            "repeats": 1, "threads": 1}})
+                                                            "repeats": 1, "threads": [1, 2]}})
     threads = torch.get_num_threads()
     ctx = LocalContext(tmp_path / "timing")
     timing_benchmark_stage(declared(cfg, "timing_benchmark"), ctx)
     assert torch.get_num_threads() == threads
     timing = read_json(ctx.out_dir / "timing.json")
-    assert set(timing["rules"]) == {"ta", "ties", "tsv"}
-    for row in timing["rules"].values():
-        assert row["ratio"] > 0 and row["core_s"] > 0
+    assert set(timing["threads"]) == {"1", "2"}
+    for table in timing["threads"].values():
+        assert set(table) == {"ta", "ties", "tsv"}
+        for row in table.values():
+            assert row["ratio"] > 0 and row["core_s"] > 0 and row["core_qr_s"] > 0
+    assert "ratio/tsv/t2" in ctx.summary and "fidelity/ties" in ctx.summary
+
+
+def test_time_ratio_is_against_the_faster_core_space_basis(tmp_path):
+    # the first version divided by Core Space with SVD bases only, although QR bases are cheaper
+    cfg = CircumergeConfig.for_profile("smoke", {"timing": {"dim": 128, "n_tasks": 2, "rank": 4,
+                                                            "repeats": 1, "threads": [1]}})
+    ctx = LocalContext(tmp_path / "timing")
+    timing_benchmark_stage(declared(cfg, "timing_benchmark"), ctx)
+    for row in read_json(ctx.out_dir / "timing.json")["threads"]["1"].values():
+        assert row["ratio"] == row["circumerge_s"] / min(row["core_s"], row["core_qr_s"])
+
+
+def test_fidelity_is_zero_for_task_arithmetic_and_without_sampling():
+    cfg = CircumergeConfig.for_profile("smoke")
+    layers = [synthetic_factors(3, 96, 80, 4, seed=s) for s in range(2)]
+    sampled = fidelity(layers, ["ta", "tsv"], cfg.merge, seed=0)
+    assert sampled["ta"]["circumerge_vs_core"] < 1e-5           # exact by construction
+    assert sampled["tsv"]["core_qr_vs_core"] < 1e-5             # TSV is basis-invariant
+    unsampled = CircumergeConfig.for_profile("smoke", {"merge": {"sketch_factor": None}})
+    exact = fidelity(layers, ["ta", "ties", "tsv"], unsampled.merge, seed=0)
+    assert all(f["circumerge_vs_core"] < 1e-4 for f in exact.values())
+
+
+def test_alphas_at_edge_counts_both_ends_of_the_grid():
+    grid = [0.1, 0.3, 1.0]
+    assert alphas_at_edge({"a": 0.1, "b": 0.3, "c": 1.0}, grid) == 2
+    assert alphas_at_edge({"a": 0.3}, grid) == 0
+
+
+def test_minilm_split_of_the_shared_encoder_equals_the_whole_encoder():
+    import torch.nn.functional as F
+
+    from components.circumerge.models import split_minilm
+    from components.common.minilm import load_minilm, mean_pool, tokenize
+
+    lower, upper = split_minilm(3)
+    ids, mask = tokenize(["the chef saw the lovely cake.", "does my friend see the game?"], 24)
+    with torch.no_grad():
+        split = upper(lower(ids, mask), mask)
+        whole = F.normalize(mean_pool(load_minilm().hidden_states(ids, mask)[-1], mask), dim=-1)
+    assert torch.allclose(split, whole, atol=1e-6)
+    assert len(upper.layer) == 3 and not any(p.requires_grad for p in upper.parameters())
 
 
 def test_profiles_validate_and_paper_preflight_names_the_missing_key():
