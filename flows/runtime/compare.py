@@ -39,10 +39,11 @@ def _select(runs, run_ids: list[str], method: str):
 
 
 def key_metric_columns(project: Project, method: str, runs) -> dict[str, object]:
-    """Criterion metric -> per-run value (fan-out metrics averaged over their items)."""
+    """Criterion metric -> per-run value (fan-out metrics averaged over their items), and the
+    run's verdict (the scorecard's judging: a failed premise makes the claims inconclusive)."""
     from flows.runtime import registry
     from flows.runtime.claims import load_claims
-    from flows.runtime.results import summarize_metric, values_from_run_metrics
+    from flows.runtime.results import judge, overall, summarize_metric, values_from_run_metrics
 
     claims = load_claims(project.root, method)
     if claims is None or method not in registry.method_names():
@@ -50,6 +51,7 @@ def key_metric_columns(project: Project, method: str, runs) -> dict[str, object]
     declared = registry.get(method)
     keys = [c.metric for c in claims.criteria] + [m for c in claims.criteria for m in c.measured]
     columns: dict[str, list] = {k: [] for k in dict.fromkeys(keys)}
+    verdicts = []
     for _, row in runs.iterrows():
         metrics = {c.removeprefix("metrics."): row[c] for c in runs.columns
                    if c.startswith("metrics.") and row[c] == row[c]}   # drop NaN
@@ -57,7 +59,8 @@ def key_metric_columns(project: Project, method: str, runs) -> dict[str, object]
         for key in columns:
             summary = summarize_metric(values, key)
             columns[key].append(round(summary.mean, 4) if summary else None)
-    return columns
+        verdicts.append(overall(judge(claims, values)))
+    return {"verdict": verdicts, **columns}
 
 
 def _table(project: Project, method: str, runs, metric_filter: str | None) -> str:

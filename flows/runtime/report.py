@@ -85,7 +85,7 @@ def producing_children(runs: list[Any], parent: Any, profile: str) -> dict[str, 
     for run in runs:
         tags = run.data.tags
         parent_id = tags.get("mlflow.parentRunId")
-        if (parent_id is None or profiles.get(parent_id) != profile
+        if (parent_id is None or profiles.get(parent_id) != profile or run.info.status != "FINISHED"
                 or run.info.start_time > (parent.info.end_time or run.info.start_time)):
             continue
         name = f"{tags['stage']}@{tags['item']}" if tags.get("item") else tags.get("stage", "")
@@ -214,6 +214,7 @@ def _method_markdown(r: MethodReport, figures: list[Figure]) -> list[str]:
         for v in r.verdicts:
             measured = "; ".join(f"`{s.metric}` = {s.text()}" for s in [v.summary, v.reference, *v.measured] if s)
             gate = "" if v.criterion.gated else " (not gated)"
+            gate += "" if v.criterion.kind == "claim" else f" ({v.criterion.kind})"
             out.append(f"| **{v.criterion.id}** {_cell(v.criterion.text)}{gate} | "
                        f"`{v.criterion.metric}` {v.criterion.passes_if} | {measured or '—'} | {v.status} |")
         out.append("")

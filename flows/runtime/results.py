@@ -20,6 +20,9 @@ Instance = tuple[str, "str | None"]
 InstanceValues = dict[Instance, dict[str, float]]
 
 REPRODUCED, NOT_REPRODUCED, NOT_RUN = "reproduced", "not reproduced", "not run yet"
+INCONCLUSIVE = "inconclusive (premise not met)"
+PREMISE_MET, PREMISE_NOT_MET = "premise met", "premise not met"
+REPORTED = "reported"
 
 
 @dataclass
@@ -63,13 +66,31 @@ class Verdict:
     summary: Summary | None
     measured: list[Summary] = field(default_factory=list)
     reference: Summary | None = None    # the metric a relative threshold refers to
+    premise_failed: bool = False        # a gated premise criterion of the method is not met
+
+    @property
+    def passed(self) -> bool | None:
+        """The comparison itself; None when a value it needs is missing."""
+        if self.summary is None or (self.criterion.reference and self.reference is None):
+            return None
+        ref = self.reference.mean if self.reference else None
+        return self.criterion.passes(self.summary.mean, ref)
 
     @property
     def status(self) -> str:
-        if self.summary is None or (self.criterion.reference and self.reference is None):
+        """A premise is met or not; a reported number is just reported; a claim is reproduced
+        or not, unless a premise failed: then the method was not tested and it is inconclusive."""
+        passed = self.passed
+        if passed is None:
             return NOT_RUN
-        ref = self.reference.mean if self.reference else None
-        return REPRODUCED if self.criterion.passes(self.summary.mean, ref) else NOT_REPRODUCED
+        kind = self.criterion.kind
+        if kind == "premise":
+            return PREMISE_MET if passed else PREMISE_NOT_MET
+        if kind == "reported":
+            return REPORTED
+        if self.premise_failed:
+            return INCONCLUSIVE
+        return REPRODUCED if passed else NOT_REPRODUCED
 
 
 def summarize_metric(values: InstanceValues, metric: str) -> Summary | None:
@@ -87,15 +108,30 @@ def _order(entry: tuple[Instance, Any]) -> tuple[str, str]:
 
 
 def judge(claims: Claims, values: InstanceValues) -> list[Verdict]:
-    return [Verdict(c, summarize_metric(values, c.metric),
-                    [s for m in c.measured if (s := summarize_metric(values, m)) is not None],
-                    summarize_metric(values, c.reference) if c.reference else None)
-            for c in claims.criteria]
+    verdicts = [Verdict(c, summarize_metric(values, c.metric),
+                        [s for m in c.measured if (s := summarize_metric(values, m)) is not None],
+                        summarize_metric(values, c.reference) if c.reference else None)
+                for c in claims.criteria]
+    failed = failed_premises(verdicts)
+    for verdict in verdicts:
+        verdict.premise_failed = bool(failed)
+    return verdicts
+
+
+def failed_premises(verdicts: list[Verdict]) -> list[str]:
+    """Ids of the gated premise criteria that were measured and do not hold."""
+    return [v.criterion.id for v in verdicts
+            if v.criterion.kind == "premise" and v.criterion.gated and v.passed is False]
 
 
 def overall(verdicts: list[Verdict]) -> str:
-    """``reproduced`` only when every gated criterion is; ``not run yet`` when none has a value."""
-    gated = [v for v in verdicts if v.criterion.gated] or verdicts
+    """``inconclusive (premise not met)`` when a gated premise fails; otherwise ``reproduced``
+    only when every gated claim criterion is; ``not run yet`` when none has a value."""
+    failed = failed_premises(verdicts)
+    if failed:
+        return f"{INCONCLUSIVE[:-1]}: {', '.join(failed)})"
+    claims = [v for v in verdicts if v.criterion.kind == "claim"]
+    gated = [v for v in claims if v.criterion.gated] or claims
     statuses = [v.status for v in gated]
     if not statuses or all(s == NOT_RUN for s in statuses):
         return NOT_RUN

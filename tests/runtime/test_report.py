@@ -155,6 +155,58 @@ def test_compare_two_chosen_runs_shows_differing_params_and_key_metrics(runs):
         compare_runs(second.project, M, run_ids=["zzzz"])
 
 
+def with_premise(threshold: str) -> str:
+    """The toy claims plus a premise criterion on make_data's n."""
+    premise = (f'  - id: P1\n    text: "enough data points"\n    metric: make_data/n\n'
+               f'    passes_if: "{threshold}"\n    kind: premise\n')
+    return CLAIMS.replace("criteria:\n", "criteria:\n" + premise, 1)
+
+
+def test_failed_premise_makes_claims_inconclusive_everywhere(runs, tmp_path):
+    from flows.runtime.compare import compare_runs
+    from flows.runtime.results import INCONCLUSIVE, PREMISE_MET, PREMISE_NOT_MET
+
+    first, second = runs
+    root = second.project.root
+    try:
+        write_claims(root, with_premise(">= 10"))   # n = 4 in the latest run: not met
+        report = build(second.project, [registry.get(M)], "smoke", tmp_path / "out")[0]
+        p1, c1, c2, c3 = report.verdicts
+        assert p1.status == PREMISE_NOT_MET
+        assert c1.status == c2.status == INCONCLUSIVE   # they would read "not reproduced"
+        assert c3.status == NOT_RUN
+        assert report.verdict == "inconclusive (premise not met: P1)"
+        md = (tmp_path / "out" / "scorecard.md").read_text()
+        assert md.count(f"| {INCONCLUSIVE} |") == 2 and "(premise)" in md
+
+        ids = [first.outcomes[0].parent_run_id[:8], second.outcomes[0].parent_run_id[:8]]
+        assert compare_runs(second.project, M, run_ids=ids).count("inconclusive (premise not met: P1)") == 2
+
+        readme_project = committed_small_metrics(tmp_path / "readme", n=4, total=70.0)
+        assert "inconclusive (premise not met: P1)" in methods_table(readme_project, [registry.get(M)])
+
+        write_claims(root, with_premise(">= 3"))    # met: the claims are judged as before
+        report = build(second.project, [registry.get(M)], "smoke", tmp_path / "out")[0]
+        assert report.verdicts[0].status == PREMISE_MET and report.verdicts[1].status == NOT_REPRODUCED
+        assert report.verdict == f"0/2 {REPRODUCED}"
+    finally:
+        write_claims(root)
+
+
+def committed_small_metrics(root, n: int, total: float):
+    """What a checkout with the toy's committed small-run metrics holds (no runs needed)."""
+    from components.common.io import write_json_atomic
+    from flows.runtime.project import Project
+
+    project = Project(root)
+    project.method_dir(M).mkdir(parents=True)
+    project.params_file(M).write_text("profile: small\n")
+    write_json_atomic(project.metrics_file(M, "make_data"), {"n": n})
+    write_json_atomic(project.metrics_file(M, "total"), {"total": total})
+    write_claims(root, with_premise(">= 10"))
+    return project
+
+
 def test_readme_method_table_is_current():
     readme = (REPO_ROOT / "README.md").read_text()
     block = readme[readme.index(README_BEGIN) + len(README_BEGIN):readme.index(README_END)].strip()
@@ -218,8 +270,13 @@ def mlflow_ui(runs):
                 time.sleep(1)
         yield url
     finally:
-        proc.terminate()
+        from tests.runtime.test_records import alive, descendants
+
+        spawned = descendants(proc.pid)             # mlflow ui and its uvicorn worker
+        proc.terminate()                            # SIGTERM to `repro ui` alone
         proc.wait(timeout=60)
+        time.sleep(1)
+        assert spawned and not alive(spawned), f"left running after repro ui stopped: {alive(spawned)}"
 
 
 def test_mlflow_ui_and_scorecard_render_in_chromium(runs, mlflow_ui, browser, tmp_path):
