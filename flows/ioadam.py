@@ -8,6 +8,8 @@ C4-layout shards with a local tokenizer (paper): same stages, different config.
 from flows.runtime.dag import Method, Resources, Stage
 
 M = "components.ioadam"
+# LLaMA pre-training and its memory profile want a GPU at paper scale; none in smoke/small
+LM_RESOURCES = Resources(num_cpus=1, num_gpus={"paper": 1})
 
 METHOD = Method(
     name="ioadam",
@@ -30,19 +32,20 @@ METHOD = Method(
               description="MLP 64-256-256-10 with each optimizer and seed"),
         Stage("sweep_charlm", f"{M}.training:sweep_charlm_stage",
               params=("charlm", "sweep", "device"), deps=("prepare_corpus",),
-              fan_out={"optimizer": "charlm.optimizers"}, resources=Resources(num_cpus=1),
+              fan_out={"optimizer": "charlm.optimizers"}, resources=LM_RESOURCES,
               description="Same starting lr grid for every optimizer (widened until the best is interior), mean validation loss over the sweep seeds"),
         Stage("train_charlm", f"{M}.training:train_charlm_stage",
               params=("charlm", "device"), deps=("prepare_corpus", "sweep_charlm"),
               fan_out={"optimizer": "charlm.optimizers", "seed": "charlm.seeds"},
-              resources=Resources(num_cpus=1),
+              resources=LM_RESOURCES,
               description="The LM (byte transformer or LLaMA) with each optimizer"),
         Stage("memory_profile", f"{M}.memory:memory_profile_stage",
-              params=("digits", "charlm", "memory", "device"), resources=Resources(num_cpus=1),
+              params=("digits", "charlm", "memory", "device"), resources=LM_RESOURCES,
               description="Exact state/grad bytes, profiler-measured step peak, step-time ratios"),
         Stage("evaluate", f"{M}.report:evaluate_stage",
               params=("digits", "charlm", "device"),
               deps=("prepare_digits", "prepare_corpus", "train_digits", "train_charlm"),
+              resources=LM_RESOURCES,
               description="Test accuracy (digits) and held-out-module loss (char LM) of every run"),
         Stage("compare", f"{M}.report:compare_stage", params=("criteria",),
               deps=("evaluate", "memory_profile", "sweep_charlm"),

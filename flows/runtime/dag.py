@@ -22,10 +22,17 @@ class Resources:
     """What one instance of the stage needs; Ray places it accordingly."""
 
     num_cpus: float = 1
-    num_gpus: float = 0
+    num_gpus: float | dict[str, float] = 0
+    """GPUs per instance; a mapping declares them per profile, e.g. ``{"paper": 1}`` (none in
+    smoke/small, so a CPU machine never waits for a GPU it does not have)."""
     custom: dict[str, float] = field(default_factory=dict)
     """Ray custom resources, e.g. ``{"highmem": 1}``: only nodes started with
     ``ray start --resources '{"highmem": 4}'`` take the stage."""
+
+    def gpus(self, profile: str) -> float:
+        if isinstance(self.num_gpus, dict):
+            return float(self.num_gpus.get(profile, 0))
+        return float(self.num_gpus)
 
 
 @dataclass(frozen=True)

@@ -53,16 +53,18 @@ class _ProgressReporter:
 
 
 def _run_stage(root: str, method: str, stage: str, item_key: str | None,
-               params: dict[str, Any], data_root: str | None) -> dict[str, Any]:
+               params: dict[str, Any], data_root: str | None, num_gpus: float = 0) -> dict[str, Any]:
     """The task body. With the local executor the instance runs in a worker process of the
-    driver's pool (its own RNGs and thread counts); in a Ray worker it runs right here (Ray
-    workers are processes that run one task at a time)."""
+    driver's pool (its own RNGs and thread counts), one GPU stage per visible device at a time;
+    in a Ray worker it runs right here (Ray workers are processes that run one task at a time,
+    and Ray itself assigns their GPUs)."""
     name = f"{stage}@{item_key}" if item_key else stage
     job = {"method_name": method, "stage_name": stage, "item_key": item_key, "params": params,
            "data_root": data_root}
     pool = workers.active()
     if pool is not None:
-        return pool.run({"root": root, **job}, _ProgressReporter(name))
+        with workers.gpu_slot(num_gpus) as device:
+            return pool.run({"root": root, **job, "cuda_device": device}, _ProgressReporter(name))
     try:
         record = execute_mod.run_stage(Project(Path(root)), on_progress=_ProgressReporter(name), **job)
     except Exception as err:  # noqa: BLE001 - the driver gets the type, message and traceback
@@ -103,13 +105,13 @@ def _task_runner(executor: str, settings: ScaleOut):
     })
 
 
-def _resource_options(executor: str, inst: Instance):
+def _resource_options(executor: str, inst: Instance, profile: str):
     if executor != "ray":
         return nullcontext()
     from prefect_ray.context import remote_options
 
     res = inst.stage.resources
-    options: dict[str, Any] = {"num_cpus": res.num_cpus, "num_gpus": res.num_gpus}
+    options: dict[str, Any] = {"num_cpus": res.num_cpus, "num_gpus": res.gpus(profile)}
     if res.custom:
         options["resources"] = dict(res.custom)
     if inst.item_key is not None:
@@ -204,12 +206,13 @@ def _method_flow(driver_key: str) -> str:
     futures = {}
     for inst in d.plan.run:
         waits = [futures[n] for n in _upstream(d.plan, inst) if n in futures]
-        with _resource_options(d.executor, inst):
+        with _resource_options(d.executor, inst, d.plan.profile):
             futures[inst.name] = run_stage_task.with_options(
                 name=f"{method.name}.{inst.stage.name}", task_run_name=inst.name,
                 retries=inst.stage.retries,
             ).submit(str(d.project.root), method.name, inst.stage.name, inst.item_key,
-                     d.plan.params, d.data_root, wait_for=waits)
+                     d.plan.params, d.data_root, inst.stage.resources.gpus(d.plan.profile),
+                     wait_for=waits)
     by_future = {id(f): inst for inst, f in zip(d.plan.run, futures.values())}
     for future in as_completed(list(futures.values())):
         _record(d, by_future[id(future)], future)

@@ -184,3 +184,47 @@ def _worker_main(conn) -> None:
             conn.send(("done", record.to_dict()))
         except BaseException as err:  # noqa: BLE001 - every failure goes back to the driver
             conn.send(("error", StageError.from_exception(err)))
+
+
+# --- GPUs under the local executor: one GPU stage per visible device at a time --------------
+_gpu_lock = threading.Lock()
+_gpus: "tuple[int, queue.SimpleQueue[int]] | None" = None  # (devices visible, free device ids)
+
+
+def _visible_gpus() -> int:
+    """Counted once, and only when a planned stage wants a GPU (it imports torch)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+@contextmanager
+def gpu_slot(num_gpus: float, count: Callable[[], int] = _visible_gpus) -> Iterator[int | None]:
+    """Reserve a device for a stage that declares GPUs: yields its index, waiting while every
+    device is taken. With no GPU visible (or a CPU stage) yields None and the stage runs on CPU."""
+    global _gpus
+    if num_gpus <= 0:
+        yield None
+        return
+    with _gpu_lock:
+        if _gpus is None:
+            free: queue.SimpleQueue[int] = queue.SimpleQueue()
+            for index in range(count()):
+                free.put(index)
+            _gpus = (free.qsize(), free)
+        total, free = _gpus
+    if total == 0:
+        yield None
+        return
+    device = free.get()
+    try:
+        yield device
+    finally:
+        free.put(device)
+
+
+def reset_gpu_slots() -> None:
+    """Forget the counted devices (tests)."""
+    global _gpus
+    with _gpu_lock:
+        _gpus = None
