@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 _NUMBER = r"-?[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?"
 _METRIC = r"[A-Za-z0-9_.-]+/[^\s]+"
@@ -35,6 +35,8 @@ class Criterion(BaseModel):
     # premise: a property of the setting that must hold for the method to be tested at all;
     # claim: the paper's claim; reported: a number shown beside the others, never a verdict
     kind: Literal["premise", "claim", "reported"] = "claim"
+    requires: list[str] | None = None
+    """Ids of the premises this claim rests on; by default every gated premise of the method."""
 
     @field_validator("passes_if")
     @classmethod
@@ -87,6 +89,16 @@ class Claims(BaseModel):
     seeds: list[int] = []
     criteria: list[Criterion]
     plots: list[Plot] = []
+
+    @model_validator(mode="after")
+    def _requires_names_premises(self) -> "Claims":
+        premises = {c.id for c in self.criteria if c.kind == "premise"}
+        for c in self.criteria:
+            unknown = sorted(set(c.requires or ()) - premises)
+            if unknown:
+                raise ValueError(f"criterion {c.id}: requires {unknown}, which are not premise "
+                                 f"criteria here (premises: {sorted(premises)})")
+        return self
 
 
 class ClaimsError(ValueError):

@@ -112,9 +112,10 @@ def judge(claims: Claims, values: InstanceValues) -> list[Verdict]:
                         [s for m in c.measured if (s := summarize_metric(values, m)) is not None],
                         summarize_metric(values, c.reference) if c.reference else None)
                 for c in claims.criteria]
-    failed = failed_premises(verdicts)
+    failed = set(failed_premises(verdicts))
     for verdict in verdicts:
-        verdict.premise_failed = bool(failed)
+        needs = verdict.criterion.requires
+        verdict.premise_failed = bool(failed if needs is None else failed & set(needs))
     return verdicts
 
 
@@ -128,18 +129,20 @@ def overall(verdicts: list[Verdict]) -> str:
     """``inconclusive (premise not met)`` when a gated premise fails; otherwise ``reproduced``
     only when every gated claim criterion is; ``not run yet`` when none has a value."""
     failed = failed_premises(verdicts)
-    if failed:
-        return f"{INCONCLUSIVE[:-1]}: {', '.join(failed)})"
+    inconclusive = f"{INCONCLUSIVE[:-1]}: {', '.join(failed)})"
     claims = [v for v in verdicts if v.criterion.kind == "claim"]
     gated = [v for v in claims if v.criterion.gated] or claims
-    statuses = [v.status for v in gated]
+    if failed and all(v.premise_failed for v in gated):
+        return inconclusive
+    statuses = [v.status for v in gated if not v.premise_failed]
     if not statuses or all(s == NOT_RUN for s in statuses):
         return NOT_RUN
     passed = statuses.count(REPRODUCED)
-    if passed == len(statuses):
+    if passed == len(statuses) and not failed:
         return f"{REPRODUCED} ({passed}/{len(statuses)})"
     return f"{passed}/{len(statuses)} {REPRODUCED}" + (
-        f", {statuses.count(NOT_RUN)} not run" if NOT_RUN in statuses else "")
+        f", {statuses.count(NOT_RUN)} not run" if NOT_RUN in statuses else "") + (
+        f", {len(gated) - len(statuses)} {inconclusive}" if failed else "")
 
 
 def values_from_dvc(project: Project, method: Method) -> InstanceValues:
