@@ -40,12 +40,15 @@ def parse_overrides(pairs: list[str], seeds: list[int] | None) -> dict[str, Any]
     for pair in pairs:
         key, sep, raw = pair.partition("=")
         if not sep or not key:
-            raise SystemExit(f"--set expects KEY=VALUE, got {pair!r}")
+            raise SystemExit(f"[repro] --set expects KEY=VALUE, got {pair!r}")
         node = overrides
         *parents, leaf = key.split(".")
         for part in parents:
             node = node.setdefault(part, {})
-        node[leaf] = yaml.safe_load(raw)
+        try:
+            node[leaf] = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            raise SystemExit(f"[repro] --set {key}: {raw!r} is not a YAML value") from None
     if seeds is not None:
         overrides["seeds"] = seeds
     return overrides
@@ -61,23 +64,35 @@ def cmd_list(args: argparse.Namespace) -> None:
             print(f"    {stage.name}{fan}")
 
 
-def cmd_run(args: argparse.Namespace) -> None:
-    from pydantic import ValidationError
+def known_methods(names: list[str]) -> list[str]:
+    """The names, checked: an unknown one exits with one line listing the known methods."""
+    from flows.runtime import registry
 
+    known = registry.method_names()
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise SystemExit(f"[repro] unknown method(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    return names
+
+
+def cmd_run(args: argparse.Namespace) -> None:
     from flows.runtime import registry, runner
 
-    names = registry.method_names() if args.methods == ["all"] else args.methods
+    names = registry.method_names() if args.methods == ["all"] else known_methods(args.methods)
     selection = runner.Selection(only=frozenset(args.only or ()), start=args.start,
                                  force=frozenset(args.force or ()))
     try:
         runner.run(names, profile=args.profile, selection=selection,
                    overrides=parse_overrides(args.set or [], args.seeds),
                    executor=args.executor, ray_address=args.ray_address,
-                   data_root=args.data_root, dvc_remote=args.dvc_remote)
-    except ValidationError as err:
-        raise SystemExit(f"invalid params (nothing was run or written):\n{err}") from None
+                   data_root=args.data_root, dvc_remote=args.dvc_remote, wait=not args.no_wait)
     except runner.StageFailure as err:
         raise SystemExit(f"[repro] {err}") from None
+    except KeyboardInterrupt as err:
+        code = getattr(err, "exit_code", 130)
+        print(f"[repro] interrupted ({err or 'SIGINT'}): running stages were stopped, finished ones "
+              "are recorded; `repro run` again resumes", file=sys.stderr, flush=True)
+        raise SystemExit(code) from None
 
 
 def cmd_status(args: argparse.Namespace) -> None:
@@ -87,7 +102,7 @@ def cmd_status(args: argparse.Namespace) -> None:
 
     project = Project.find()
     set_offline_env(project)
-    names = args.methods or registry.method_names()
+    names = known_methods(args.methods) or registry.method_names()
     bridge = DvcBridge(project.root)
     try:
         for name in names:
@@ -109,6 +124,7 @@ def cmd_compare(args: argparse.Namespace) -> None:
     from flows.runtime.compare import compare_runs
     from flows.runtime.project import Project, set_offline_env
 
+    known_methods([args.method])
     project = Project.find()
     set_offline_env(project)
     print(compare_runs(project, args.method, last=args.last, metric_filter=args.metric,
@@ -124,9 +140,7 @@ def cmd_report(args: argparse.Namespace) -> None:
 
     project = Project.find()
     set_offline_env(project)
-    unknown = sorted(set(args.methods) - set(registry.method_names()))
-    if unknown:
-        raise SystemExit(f"unknown method(s) {unknown}; known: {registry.method_names()}")
+    known_methods(args.methods)
     methods = [registry.get(n) for n in args.methods] if args.methods else registry.all_methods()
     try:
         if args.readme:
@@ -154,7 +168,9 @@ def cmd_ui(args: argparse.Namespace) -> None:
                "--default-artifact-root", project.artifact_root,
                "--host", "127.0.0.1", "--port", str(args.port), "--workers", "1"]
     print(f"[repro] MLflow UI on http://127.0.0.1:{args.port} (Ctrl-C to stop)", flush=True)
-    raise SystemExit(subprocess.call(command, env=env))
+    from flows.runtime.processes import serve_until_stopped, start_group
+
+    raise SystemExit(serve_until_stopped(start_group(command, env=env)))
 
 
 def cmd_gen(args: argparse.Namespace) -> None:
@@ -204,6 +220,7 @@ def cmd_exec(args: argparse.Namespace) -> None:
     from flows.runtime.execute import run_stage
     from flows.runtime.project import Project, set_offline_env
 
+    known_methods([args.method])
     project = Project.find()
     set_offline_env(project)
 
@@ -234,6 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "URL, e.g. s3://bucket/data, for workers without the workspace (env REPRO_DATA_ROOT)")
     run.add_argument("--dvc-remote", metavar="URL", help="push outputs and run-cache to this DVC "
                      "remote after the run, e.g. s3://bucket/dvc (env REPRO_DVC_REMOTE)")
+    run.add_argument("--no-wait", action="store_true",
+                     help="fail at once if another repro run holds this workspace (default: wait for it)")
     run.add_argument("--seeds", type=int, nargs="+", help="override the method's seeds")
     run.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a param, e.g. train.lr=0.01")
     run.set_defaults(func=cmd_run)

@@ -6,6 +6,7 @@ leaves a truncated file that looks complete.
 """
 from __future__ import annotations
 
+import collections
 import io
 import json
 import os
@@ -79,14 +80,40 @@ def read_table(path: str | os.PathLike) -> pa.Table:
 
 
 def save_torch(path: str | os.PathLike, obj: Any) -> None:
+    """Tensors, state dicts and plain containers of them (dict, list, tuple, str, numbers,
+    None). Anything else is refused here, when it is written, because ``load_torch`` reads
+    with ``weights_only=True`` (it never unpickles code)."""
     import torch
 
     buf = io.BytesIO()
     torch.save(obj, buf)
+    if not _plainly_loadable(obj):
+        try:
+            torch.load(io.BytesIO(buf.getvalue()), map_location="cpu", weights_only=True)
+        except Exception as err:  # noqa: BLE001 - the unpickler names what it refused
+            raise TypeError(f"save_torch({path}): this object cannot be read back with "
+                            f"torch.load(weights_only=True): {' '.join(str(err).split())[:400]}; "
+                            "save tensors, state dicts and plain containers (torch.from_numpy, .tolist())") from None
     write_bytes_atomic(path, buf.getvalue())
 
 
-def load_torch(path: str | os.PathLike, map_location: str = "cpu") -> Any:
+def _plainly_loadable(obj: Any) -> bool:
+    """A quick structural check (no second deserialisation for the common cases)."""
     import torch
 
-    return torch.load(io.BytesIO(read_bytes(path)), map_location=map_location, weights_only=False)
+    if obj is None or isinstance(obj, (bool, int, float, str, bytes, torch.Tensor, torch.dtype,
+                                       torch.device, torch.Size)):
+        return True
+    if type(obj) in (dict, collections.OrderedDict):
+        return all(_plainly_loadable(k) and _plainly_loadable(v) for k, v in obj.items())
+    if type(obj) in (list, tuple, set):
+        return all(_plainly_loadable(v) for v in obj)
+    return False
+
+
+def load_torch(path: str | os.PathLike, map_location: str = "cpu") -> Any:
+    """Read what ``save_torch`` wrote. ``weights_only=True``: a file holding pickled objects
+    (which could run code when loaded) is refused."""
+    import torch
+
+    return torch.load(io.BytesIO(read_bytes(path)), map_location=map_location, weights_only=True)

@@ -86,7 +86,7 @@ def stage_inputs(project: Project, method: Method, stage_name: str, params: dict
 
 def replace_dir(tmp: Path, final: Path) -> None:
     if final.exists():
-        trash = final.with_name(f"{TMP_PREFIX}{final.name}-old-{uuid.uuid4().hex[:8]}")
+        trash = temp_dir_for(final)
         os.replace(final, trash)
         os.replace(tmp, final)
         shutil.rmtree(trash, ignore_errors=True)
@@ -156,12 +156,31 @@ def _environ(**values: str):
                 os.environ[key] = value
 
 
+def temp_dir_for(final: Path) -> Path:
+    """``.tmp-<name>-<host>-<pid>-<random>``: the owner is in the name, so that only a folder
+    whose owner is gone is ever removed by someone else."""
+    owner = f"{socket.gethostname()}-{os.getpid()}"
+    return final.with_name(f"{TMP_PREFIX}{final.name}-{owner}-{uuid.uuid4().hex[:8]}")
+
+
+def _owner_gone(folder: Path, final: Path) -> bool:
+    owner = folder.name[len(f"{TMP_PREFIX}{final.name}-"):].rsplit("-", 1)[0]
+    host, _, pid = owner.rpartition("-")
+    if host != socket.gethostname() or not pid.isdigit():
+        return host == "" and not pid.isdigit()   # an old unnamed folder: no owner to ask
+    from flows.runtime.processes import pid_alive
+
+    return not pid_alive(int(pid))
+
+
 def clean_stale_temps(final: Path) -> None:
     """Remove temp folders a killed run of this same instance left (they never count as
-    outputs). Only this instance's: sibling fan-out items may be writing theirs right now."""
+    outputs). Only this instance's (sibling fan-out items may be writing theirs right now),
+    and only those whose owner process is gone (another ``repro run`` may be writing it)."""
     if final.parent.is_dir():
         for child in final.parent.glob(f"{TMP_PREFIX}{final.name}-*"):
-            shutil.rmtree(child, ignore_errors=True)
+            if _owner_gone(child, final):
+                shutil.rmtree(child, ignore_errors=True)
 
 
 def run_stage(project: Project, method_name: str, stage_name: str, item_key: str | None = None,
@@ -177,7 +196,10 @@ def run_stage(project: Project, method_name: str, stage_name: str, item_key: str
 
         torch.cuda.set_device(cuda_device)
     method = registry.get(method_name)
-    stage = method.stage(stage_name)
+    try:
+        stage = method.stage(stage_name)
+    except KeyError as err:
+        raise SystemExit(f"[repro] {err.args[0]}") from None
     params = params if params is not None else pipeline.read_params(project, method)
     config = pipeline.config_from_params(method, params)
     item: dict[str, Any] = {}
@@ -199,7 +221,7 @@ def run_stage(project: Project, method_name: str, stage_name: str, item_key: str
         store, scratch = None, None
         final.parent.mkdir(parents=True, exist_ok=True)
         clean_stale_temps(final)
-        tmp = final.with_name(f"{TMP_PREFIX}{final.name}-{uuid.uuid4().hex[:8]}")
+        tmp = temp_dir_for(final)
         inputs = stage_inputs(project, method, stage_name, params)
     ctx = LocalContext(out_dir=tmp, inputs=inputs, item=item, on_progress=on_progress)
     stage_function = stage.load()  # imports the stage's module (and torch) before limiting threads

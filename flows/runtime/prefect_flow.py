@@ -5,6 +5,7 @@ Imported only when something has to run (prefect, mlflow and ray cost seconds to
 from __future__ import annotations
 
 import os
+import secrets
 import sys
 import time
 from contextlib import ExitStack, nullcontext
@@ -19,12 +20,13 @@ from prefect.futures import as_completed
 from prefect.logging import get_run_logger
 
 from flows.runtime import execute as execute_mod
-from flows.runtime import workers
+from flows.runtime import interrupt, workers
 from flows.runtime.dvc_bridge import DvcBridge
+from flows.runtime.processes import die_with_parent
 from flows.runtime.project import Project
 from flows.runtime.runner import Instance, Outcome, Plan, current_metrics, git_info, say
 from flows.runtime.scaleout import ScaleOut, driver_host, is_loopback, ray_host
-from flows.runtime.tracking import Tracker
+from flows.runtime.tracking import Tracker, process_tags
 
 PROGRESS_EVERY_S = 2.0
 
@@ -63,8 +65,13 @@ def _run_stage(root: str, method: str, stage: str, item_key: str | None,
            "data_root": data_root}
     pool = workers.active()
     if pool is not None:
-        with workers.gpu_slot(num_gpus) as device:
-            return pool.run({"root": root, **job, "cuda_device": device}, _ProgressReporter(name))
+        try:
+            with workers.gpu_slot(num_gpus) as device:
+                return pool.run({"root": root, **job, "cuda_device": device}, _ProgressReporter(name))
+        except execute_mod.StageError as err:
+            if err.kind == "Cancelled":   # Ctrl-C/SIGTERM: not the stage's failure, no traceback
+                return None
+            raise
     try:
         record = execute_mod.run_stage(Project(Path(root)), on_progress=_ProgressReporter(name), **job)
     except Exception as err:  # noqa: BLE001 - the driver gets the type, message and traceback
@@ -120,27 +127,42 @@ def _resource_options(executor: str, inst: Instance, profile: str):
 
 
 def _api_server(executor: str, settings: ScaleOut, stack: ExitStack) -> None:
-    """Under Ray every worker would start its own ephemeral Prefect server; start one here
-    and point the workers at it (a local Ray inherits the environment; an existing cluster
-    gets it through the runtime_env). For a cluster it listens where the workers can reach
-    it (``REPRO_DRIVER_HOST``, or the address routing to the head); an existing Prefect
-    server given by ``PREFECT_API_URL`` is used as is."""
-    if executor != "ray" or os.environ.get("PREFECT_API_URL"):
+    """One Prefect API server for the run, started here and stopped when the run ends or is
+    interrupted (left to itself, Prefect starts a temporary one that a signal could orphan).
+    Under Ray every worker would otherwise start its own; they reach this one through
+    ``PREFECT_API_URL`` (a local Ray inherits the environment; an existing cluster gets it
+    through the runtime_env). For a cluster it listens where the workers can reach it
+    (``REPRO_DRIVER_HOST``, or the address routing to the head) and requires a fresh
+    ``PREFECT_SERVER_API_AUTH_STRING``; an existing server given by ``PREFECT_API_URL`` is used
+    as is."""
+    if os.environ.get("PREFECT_API_URL"):
         return
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    server = _reachable_server(driver_host(settings))
+    from prefect.settings import PREFECT_API_AUTH_STRING
+
+    host = driver_host(settings) if executor == "ray" else "127.0.0.1"
+    auth = None if is_loopback(host) else f"repro:{secrets.token_urlsafe(24)}"
+    server = _reachable_server(host, auth)
     server.start(timeout=180)
     stack.callback(server.stop)
-    os.environ["PREFECT_API_URL"] = server.api_url
-    stack.callback(os.environ.pop, "PREFECT_API_URL", None)
-    stack.enter_context(temporary_settings({PREFECT_API_URL: server.api_url}))
+    values = {"PREFECT_API_URL": server.api_url, **({"PREFECT_API_AUTH_STRING": auth} if auth else {})}
+    for key, value in values.items():
+        os.environ[key] = value
+        stack.callback(os.environ.pop, key, None)
+    stack.enter_context(temporary_settings({PREFECT_API_URL: server.api_url,
+                                            **({PREFECT_API_AUTH_STRING: auth} if auth else {})}))
 
 
-def _reachable_server(host: str):
-    """Prefect's temporary API server, bound to ``host`` instead of its fixed 127.0.0.1.
-    (Overrides a private method of ``SubprocessASGIServer``: check it after Prefect upgrades;
-    ``test_scaleout`` starts one.)"""
+def _reachable_server(host: str, auth: str | None = None):
+    """Prefect's temporary API server, bound to ``host`` (Prefect's own binds 127.0.0.1 only)
+    and started in a session of its own, so that a Ctrl-C in the terminal reaches the driver
+    only: the driver stops the server after it has recorded the interrupted run. With Linux's
+    parent-death signal it also ends if the driver is killed outright. (Overrides a private
+    method of ``SubprocessASGIServer``: check it after Prefect upgrades; every runtime test
+    starts one.)"""
+    import socket
+
     from prefect.server.api import server as server_mod
 
     class ReachableServer(server_mod.SubprocessASGIServer):
@@ -162,11 +184,9 @@ def _reachable_server(host: str):
                       "--port", str(self.port), "--log-level", "error", "--lifespan", "on"],
                 env={**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",
                      "PREFECT__SERVER_FINAL": "1",
-                     **get_current_settings().to_environment_variables(exclude_unset=True)})
-
-    if host == "127.0.0.1":
-        return server_mod.SubprocessASGIServer()
-    import socket
+                     **get_current_settings().to_environment_variables(exclude_unset=True),
+                     **({"PREFECT_SERVER_API_AUTH_STRING": auth} if auth else {})},
+                start_new_session=True, preexec_fn=die_with_parent)
 
     with socket.socket() as probe:  # instances are cached per port: never share the None key
         probe.bind((host, 0))
@@ -229,8 +249,10 @@ def run_flow(project: Project, bridge: DvcBridge, plan: Plan, outcome: Outcome,
     if settings.data_root:
         upload_inputs(project, plan, settings.data_root)
     tracker = Tracker(project)
+    for run_id in tracker.mark_dead_runs_killed(method.name):
+        say(f"{method.name}: MLflow run {run_id} was left RUNNING by a process that is gone: KILLED")
     params = {k: v for k, v in plan.params.items() if k != "fanout"}
-    tags = {**git_info(project), "executor": executor, "pid": str(os.getpid())}
+    tags = {**git_info(project), "executor": executor, **process_tags()}
     if settings.ray_address:
         tags["ray_address"] = settings.ray_address
     if settings.data_root:
@@ -239,23 +261,48 @@ def run_flow(project: Project, bridge: DvcBridge, plan: Plan, outcome: Outcome,
     outcome.parent_run_id = parent
     _DRIVERS[parent] = _Driver(project, bridge, tracker, plan, outcome, executor, parent,
                                settings.data_root)
+    status = "FAILED"
     with ExitStack() as stack:
         stack.callback(_DRIVERS.pop, parent, None)
         try:
             _api_server(executor, settings, stack)  # before the task runner: workers need its URL
             if executor == "threads":  # stage code runs in worker processes, not these threads
-                stack.enter_context(workers.pool(min(os.cpu_count() or 2, len(plan.run))))
+                pool = stack.enter_context(workers.pool(min(os.cpu_count() or 2, len(plan.run))))
+                stack.enter_context(interrupt.on_stop(pool.kill))
             configured = method_flow.with_options(name=f"repro-{method.name}",
                                                   task_runner=_task_runner(executor, settings))
             state = configured(parent, return_state=True)
+            interrupt.raise_if_interrupted()
             if state.is_failed() and not outcome.failed:  # the flow itself broke, not a stage
                 state.result()
+            complete = not outcome.failed and len(outcome.executed) == len(plan.run)
+            status = "FINISHED" if complete else "FAILED"
+        except KeyboardInterrupt:
+            status = "KILLED"
+            raise
         finally:
-            ok = not outcome.failed and len(outcome.executed) == len(plan.run)
             outcome.not_run = [i.name for i in plan.run
                                if i.name not in outcome.executed and i.name not in outcome.failed]
-            tracker.log_parent_metrics(parent, current_metrics(project, method, plan.params))
-            tracker.finish_parent(parent, ok, {"executed": str(len(outcome.executed))})
+            with interrupt.deferred():
+                _finish_parent(tracker, parent, status, project, plan, outcome)
+
+
+def _finish_parent(tracker: Tracker, parent: str, status: str, project: Project, plan: Plan,
+                   outcome: Outcome) -> None:
+    """The parent run ends FINISHED, FAILED (naming the stages) or KILLED (interrupted)."""
+    tags = {"executed": str(len(outcome.executed))}
+    if outcome.failed:
+        tags["failed_stages"] = ", ".join(outcome.failed)
+    note = {"FAILED": f"failed: {', '.join(outcome.failed) or 'the flow itself (see the log)'}",
+            "KILLED": "interrupted (SIGINT/SIGTERM); finished stages are recorded"}.get(status)
+    if note:
+        if outcome.not_run:
+            note += f"; not run: {', '.join(outcome.not_run)}"
+        tags["mlflow.note.content"] = note
+    try:
+        tracker.log_parent_metrics(parent, current_metrics(project, plan.method, plan.params))
+    finally:
+        tracker.finish_parent(parent, status, tags)
 
 
 def _record(d: _Driver, inst: Instance, future) -> None:
@@ -265,25 +312,63 @@ def _record(d: _Driver, inst: Instance, future) -> None:
     except Exception as err:  # noqa: BLE001 - any stage error is reported, others go on
         if any(word in type(err).__name__ for word in ("Upstream", "Unfinished")):
             return  # never ran because something upstream failed; listed as not run
-        outcome.failed.append(inst.name)
-        say(f"{plan.method.name}: {inst.name} FAILED: {type(err).__name__}: {err}")
+        if interrupt.interrupted():
+            return  # stopped by Ctrl-C/SIGTERM: not a failure of the stage, listed as not run
+        _record_failure(d, inst, execute_mod.StageError.from_exception(err))
         return
+    if payload is None:
+        return  # cancelled by an interrupt: listed as not run
     record = execute_mod.StageRecord(**payload)
     if record.data_root_files is not None:  # the output is on the data root: mirror it here
         try:
             _fetch_output(d, inst, record)
         except Exception as err:  # noqa: BLE001 - not recorded, so stale: the next run redoes it
-            outcome.failed.append(inst.name)
-            say(f"{plan.method.name}: {inst.name} FAILED fetching its output from "
-                f"{d.data_root}: {type(err).__name__}: {err}")
+            _record_failure(d, inst, execute_mod.StageError.from_exception(err),
+                            f"fetching its output from {d.data_root}")
             return
-    dvc_info = d.bridge.commit(inst.addr)
-    stage_params = {k: plan.params[k] for k in inst.stage.params}
-    if inst.item_key:
-        stage_params["item"] = plan.params["fanout"][inst.stage.name][inst.item_key]
-    d.tracker.log_stage(d.parent, record, stage_params, dvc_info, plan.profile)
+    if plan.params_text and d.project.params_file(plan.method.name).read_text() != plan.params_text:
+        _record_failure(d, inst, execute_mod.StageError(
+            "ParamsChanged", f"{d.project.params_file(plan.method.name)} changed while the stage ran "
+            "(a profile switch, --set or an edit): not committed under params it did not run with"))
+        return
+    with interrupt.deferred():  # a record is written whole, even when Ctrl-C comes meanwhile
+        try:
+            dvc_info = d.bridge.commit(inst.addr)
+        except Exception as err:  # noqa: BLE001 - this instance fails, the others go on
+            _record_failure(d, inst, execute_mod.StageError.from_exception(err), "committing it to DVC")
+            return
+        try:
+            d.tracker.log_stage(d.parent, record, _stage_params(plan, inst), dvc_info, plan.profile)
+        except Exception as err:  # noqa: BLE001
+            outcome.failed.append(inst.name)
+            say(f"{plan.method.name}: {inst.name} FAILED recording its MLflow run (its output is "
+                f"committed to DVC): {type(err).__name__}: {err}")
+            return
     outcome.executed.append(inst.name)
     say(f"{plan.method.name}: {inst.name} done in {record.ended - record.started:.1f}s")
+
+
+def _stage_params(plan: Plan, inst: Instance) -> dict[str, Any]:
+    params = {k: plan.params[k] for k in inst.stage.params}
+    if inst.item_key:
+        params["item"] = plan.params["fanout"][inst.stage.name][inst.item_key]
+    return params
+
+
+def _record_failure(d: _Driver, inst: Instance, error: execute_mod.StageError, doing: str = "") -> None:
+    """The instance is listed as failed and gets a FAILED child run with its traceback; a
+    tracking store that fails too is reported, never raised (the others still get recorded)."""
+    d.outcome.failed.append(inst.name)
+    where = f" {doing}" if doing else ""
+    say(f"{d.plan.method.name}: {inst.name} FAILED{where}: {error}")
+    with interrupt.deferred():
+        try:
+            d.tracker.log_failed_stage(d.parent, d.plan.method.name, inst.stage.name, inst.item_key,
+                                       _stage_params(d.plan, inst), f"{where.strip()} {error}".strip(),
+                                       error.traceback_text, d.plan.profile)
+        except Exception as err:  # noqa: BLE001
+            say(f"{d.plan.method.name}: {inst.name}: recording the failure in MLflow failed too: "
+                f"{type(err).__name__}: {err}")
 
 
 def _fetch_output(d: _Driver, inst: Instance, record: execute_mod.StageRecord) -> None:

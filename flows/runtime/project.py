@@ -12,6 +12,8 @@ from pathlib import Path
 
 import yaml
 
+from components.common.config import PROFILES
+
 # Offline, quiet, and state kept inside the project: set before prefect/mlflow/ray/dvc import.
 OFFLINE_ENV = {
     "DVC_NO_ANALYTICS": "1",
@@ -25,6 +27,8 @@ OFFLINE_ENV = {
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
 }
+
+EXECUTORS = ("threads", "ray")
 
 DEFAULT_SETTINGS = {
     "profile": "small",          # default profile of `repro run`
@@ -78,10 +82,16 @@ class Project:
     def settings(self) -> dict:
         path = self.root / "params.yaml"
         values = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(values, dict):
+            raise SystemExit(f"[repro] {path}: expected settings as 'key: value' lines")
         unknown = set(values) - set(DEFAULT_SETTINGS)
         if unknown:
-            raise SystemExit(f"{path}: unknown setting(s) {sorted(unknown)}; known: {sorted(DEFAULT_SETTINGS)}")
-        return {**DEFAULT_SETTINGS, **values}
+            raise SystemExit(f"[repro] {path}: unknown setting(s) {sorted(unknown)}; known: {sorted(DEFAULT_SETTINGS)}")
+        settings = {**DEFAULT_SETTINGS, **values}
+        for key, allowed in (("profile", PROFILES), ("executor", EXECUTORS)):
+            if settings[key] not in allowed:
+                raise SystemExit(f"[repro] {path}: {key}: {settings[key]!r} is not one of {', '.join(allowed)}")
+        return settings
 
 
 def set_offline_env(project: Project | None = None) -> None:

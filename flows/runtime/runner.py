@@ -20,10 +20,10 @@ import subprocess
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from flows.runtime import pipeline
+from flows.runtime import interrupt, pipeline, workspace
 from flows.runtime.dag import Method, Stage
 from flows.runtime.dvc_bridge import DvcBridge, stage_addr
-from flows.runtime.project import Project, set_offline_env
+from flows.runtime.project import EXECUTORS, Project, set_offline_env
 from flows.runtime.scaleout import ScaleOut
 
 
@@ -32,6 +32,15 @@ class Selection:
     only: frozenset[str] = frozenset()
     start: str | None = None          # --from: this stage and everything downstream
     force: frozenset[str] = frozenset()
+
+    def validate(self, method: Method) -> None:
+        """Unknown stage names fail in one line with the method's stages, before anything runs."""
+        for option, names in (("--only", self.only), ("--force", self.force),
+                              ("--from", [self.start] if self.start else [])):
+            for name in sorted(names):
+                if name not in {s.name for s in method.stages}:
+                    raise SystemExit(f"[repro] {option} {name}: {method.name} has no stage {name!r}; "
+                                     f"stages: {', '.join(s.name for s in method.stages)}")
 
     def stages(self, method: Method) -> list[Stage]:
         for name in (*self.only, *self.force, *([self.start] if self.start else [])):
@@ -64,6 +73,8 @@ class Plan:
     reasons: dict[str, list[str]] = field(default_factory=dict)
     restored: list[str] = field(default_factory=list)
     up_to_date: list[str] = field(default_factory=list)
+    params_text: str = ""
+    """The params file as this run wrote it: a stage is committed only while it still reads so."""
 
 
 @dataclass
@@ -86,9 +97,33 @@ def instances(project: Project, method: Method, stage: Stage, params: dict[str, 
     return [Instance(stage, k, stage_addr(project.root, method.name, stage.name, k)) for k in keys]
 
 
-def prepare(project: Project, method: Method, profile: str, overrides: dict[str, Any]) -> dict[str, Any]:
-    config = pipeline.build_config(method, profile, overrides)
-    config.preflight()
+def validate_config(method: Method, profile: str, overrides: dict[str, Any]):
+    """The method's config for this profile and overrides, checked (params, preflight, fan-outs)
+    without writing anything; a problem exits with one line naming it."""
+    from pydantic import ValidationError
+
+    try:
+        config = pipeline.build_config(method, profile, overrides)
+    except ValidationError as err:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
+                             + (f" (got {e['input']!r})" if e["type"] != "missing" else "")
+                             for e in err.errors())
+        raise SystemExit(f"[repro] invalid params for {method.name} (nothing was run or written): "
+                         f"{problems}") from None
+    try:
+        config.preflight()
+    except (OSError, ValueError, KeyError) as err:
+        raise SystemExit(f"[repro] {method.name}: {one_line(err)}") from None
+    pipeline.params_document(method, config, profile)   # non-empty fan-outs
+    return config
+
+
+def one_line(err: BaseException) -> str:
+    text = str(err.args[0]) if isinstance(err, OSError) and err.args and not err.filename else str(err)
+    return " ".join(text.split())
+
+
+def prepare(project: Project, method: Method, profile: str, config) -> dict[str, Any]:
     doc = pipeline.params_document(method, config, profile)
     pipeline.write_pipeline(project, method)
     pipeline.write_params(project, method, config, profile)
@@ -164,9 +199,11 @@ def current_metrics(project: Project, method: Method, params: dict[str, Any]) ->
 def run(method_names: list[str], profile: str | None = None, selection: Selection = Selection(),
         overrides: dict[str, Any] | None = None, executor: str | None = None,
         ray_address: str | None = None, project: Project | None = None,
-        data_root: str | None = None, dvc_remote: str | None = None) -> list[Outcome]:
+        data_root: str | None = None, dvc_remote: str | None = None,
+        wait: bool = True) -> list[Outcome]:
     """``ray_address``, ``data_root`` and ``dvc_remote`` override the ``REPRO_*`` environment
-    (see ``scaleout``)."""
+    (see ``scaleout``). Another ``repro run`` in the same workspace is waited for, or with
+    ``wait=False`` makes this one fail at once."""
     from flows.runtime import registry
 
     project = project or Project.find()
@@ -179,9 +216,19 @@ def run(method_names: list[str], profile: str | None = None, selection: Selectio
             raise SystemExit("--executor threads contradicts --ray-address")
         scale = replace(scale, ray_address=None)  # an explicit --executor threads wins over the env
     executor = executor or ("ray" if scale.ray_address else settings["executor"])
+    if executor not in EXECUTORS:
+        raise SystemExit(f"[repro] unknown executor {executor!r}; use {' or '.join(EXECUTORS)}")
     methods = [registry.get(name) for name in method_names]
-    docs = {m.name: prepare(project, m, profile, overrides or {}) for m in methods}
+    for method in methods:   # every method checked before anything is written
+        selection.validate(method)
+    configs = {m.name: validate_config(m, profile, overrides or {}) for m in methods}
+    with workspace.locked(project, method_names, wait, say=lambda m: print(m, flush=True)):
+        docs = {m.name: prepare(project, m, profile, configs[m.name]) for m in methods}
+        return _run_methods(project, methods, docs, profile, selection, executor, scale)
 
+
+def _run_methods(project: Project, methods: list[Method], docs: dict[str, dict[str, Any]],
+                 profile: str, selection: Selection, executor: str, scale: ScaleOut) -> list[Outcome]:
     bridge = DvcBridge(project.root)
     outcomes, failures = [], []
     try:
@@ -189,16 +236,25 @@ def run(method_names: list[str], profile: str | None = None, selection: Selectio
             from flows.runtime.dvc_bridge import configure_remote
 
             configure_remote(bridge, scale.dvc_remote)
-        for method in methods:  # one method failing does not stop the others
-            prune_fanout_leftovers(project, method, docs[method.name])
-            plan = plan_method(project, bridge, method, profile, docs[method.name], selection)
-            try:
-                outcomes.append(execute(project, bridge, plan, executor, scale))
-            except StageFailure as failure:
-                if len(methods) == 1:
-                    raise
-                say(str(failure))
-                failures.append(failure)
+        with interrupt.handled():  # Ctrl-C / SIGTERM stop the run, and `run all` with it
+            for method in methods:  # one method failing does not stop the others
+                try:
+                    prune_fanout_leftovers(project, method, docs[method.name])
+                    plan = plan_method(project, bridge, method, profile, docs[method.name], selection)
+                    plan.params_text = project.params_file(method.name).read_text()
+                    outcomes.append(execute(project, bridge, plan, executor, scale))
+                except StageFailure as failure:
+                    if len(methods) == 1:
+                        raise
+                    say(str(failure))
+                    failures.append(failure)
+                except Exception as err:  # noqa: BLE001 - e.g. the tracking store: next method
+                    if len(methods) == 1:
+                        raise
+                    failure = StageFailure(Outcome(method.name, failed=["(runtime)"]),
+                                           f"{method.name}: failed: {type(err).__name__}: {err}")
+                    say(str(failure))
+                    failures.append(failure)
     finally:
         bridge.close()
     if failures:

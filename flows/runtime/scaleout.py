@@ -9,28 +9,45 @@
 |                       | `.dvc/config.local` and pushed to (outputs + run-cache) after a run |
 | `MLFLOW_TRACKING_URI` | a tracking server (`http://host:5000`) instead of `mlflow.db`       |
 | `REPRO_DRIVER_HOST`   | address the workers use to reach the driver's Prefect API server    |
-| `REPRO_RAY_FORWARD_ENV` | extra variable names to forward to Ray workers (comma-separated)  |
+| `REPRO_RAY_FORWARD_ENV` | extra variable names to forward to Ray workers (comma-separated;  |
+|                       | never one named like a secret or a URL with credentials)            |
 
 Credentials are never settings: S3 access comes from the standard AWS variables
 (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_ENDPOINT_URL`, ...) or an instance role, in
-every process that touches the store. The secret ones are not forwarded to Ray workers: a
-cluster's nodes carry their own.
+every process that touches the store. Ray workers get only the allow-list ``FORWARD_NAMES``
+(plus ``REPRO_RAY_FORWARD_ENV``): never a secret, never a URL with ``user:pass@`` in it; a
+cluster's nodes carry their own credentials. The driver's Prefect API server, when workers on
+other machines must reach it, listens on the one address that routes to the Ray head (never
+0.0.0.0) and requires a basic-auth string generated for the run
+(``PREFECT_SERVER_API_AUTH_STRING``; workers get it as ``PREFECT_API_AUTH_STRING``).
 """
 from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import socket
 import sys
 from dataclasses import dataclass, replace
 
-# Forwarded to Ray workers of an existing cluster (they do not inherit the driver's
-# environment). Secrets are left out on purpose.
-FORWARD_PREFIXES = ("REPRO_", "MLFLOW_", "DVC_NO_ANALYTICS", "HF_", "TRANSFORMERS_OFFLINE",
-                    "DO_NOT_TRACK", "RAY_USAGE_STATS", "PREFECT_API_URL", "PREFECT_LOGGING_",
-                    "PREFECT_SERVER_ANALYTICS")
-FORWARD_NAMES = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_DEFAULT_REGION", "AWS_REGION")
+# The only variables forwarded to Ray workers of an existing cluster (they do not inherit the
+# driver's environment): an allow-list, so nothing secret travels by accident. Workers never
+# write to MLflow (the driver alone does), so no tracking URI or MLflow credential goes along.
+FORWARD_NAMES = (
+    "REPRO_DATA_ROOT", "REPRO_EXTRA_FLOWS",
+    "PREFECT_API_URL", "PREFECT_API_AUTH_STRING",   # the run's API server and its per-run auth
+    "PREFECT_LOGGING_LEVEL", "PREFECT_LOGGING_TO_API_ENABLED", "PREFECT_LOGGING_TO_API_BATCH_INTERVAL",
+    "PREFECT_SERVER_ANALYTICS_ENABLED", "DVC_NO_ANALYTICS", "MLFLOW_DISABLE_TELEMETRY", "DO_NOT_TRACK",
+    "RAY_USAGE_STATS_ENABLED", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
+    "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_DEFAULT_REGION", "AWS_REGION",
+)
 SECRET_WORDS = ("SECRET", "TOKEN", "PASSWORD", "ACCESS_KEY")
+_URL_CREDENTIALS = re.compile(r"://[^/@\s]+@")   # user:pass@ (or a token) inside a URL
+
+
+def forwardable(name: str, value: str) -> bool:
+    """Never a variable named like a secret, never a URL that carries credentials."""
+    return not any(word in name.upper() for word in SECRET_WORDS) and not _URL_CREDENTIALS.search(value)
 
 
 @dataclass(frozen=True)
@@ -60,10 +77,9 @@ class ScaleOut:
         """The environment a Ray worker of an existing cluster needs: how to import the code
         (the driver's sys.path: every node runs the same checkout and venv at the same path),
         the Prefect API, the tracking URI, the data root and the offline switches."""
-        env = {k: v for k, v in os.environ.items()
-               if (k.startswith(FORWARD_PREFIXES) or k in FORWARD_NAMES or k in self.forward_env)
-               and not any(word in k for word in SECRET_WORDS)}
-        env.update({k: os.environ[k] for k in self.forward_env if k in os.environ})
+        names = (*FORWARD_NAMES, *self.forward_env)
+        env = {k: os.environ[k] for k in names if k in os.environ
+               and (k == "PREFECT_API_AUTH_STRING" or forwardable(k, os.environ[k]))}
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         if self.data_root:
             env["REPRO_DATA_ROOT"] = self.data_root

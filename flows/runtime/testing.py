@@ -33,10 +33,12 @@ def make_project(root: Path, methods: list[str], settings: dict[str, Any] | None
                 shutil.copytree(src, dst, ignore=_IGNORE)
             else:
                 shutil.copy2(src, dst)
+    project = Project(root)
+    if (root / ".dvc").is_dir():  # an existing temp project: it now holds these methods too
+        return project
     shutil.copy2(REPO_ROOT / ".dvcignore", root / ".dvcignore")
     (root / "params.yaml").write_text(yaml.safe_dump({**DEFAULT_SETTINGS, **(settings or {})}))
     subprocess.run(["git", "init", "-q", str(root)], check=True)
-    project = Project(root)
     set_offline_env(project)
     from dvc.repo import Repo
 

@@ -96,17 +96,27 @@ class Tracker:
 
     def log_stage(self, parent_id: str, record: StageRecord, params: dict[str, Any],
                   dvc_info: dict[str, Any], profile: str) -> str:
-        from mlflow.entities import Dataset, DatasetInput, InputTag, Metric
-
         experiment = self.experiment_id(record.method)
         run = self.client.create_run(
             experiment, start_time=int(record.started * 1000),
             run_name=child_run_name(record.method, record.stage, params.get("item"), profile),
             tags={"mlflow.parentRunId": parent_id, "method": record.method, "stage": record.stage,
                   "item": record.item_key or "", "profile": profile,
-                  "dvc.stage_hash": dvc_info.get("stage_hash") or "",
+                  "dvc.stage_hash": dvc_info.get("stage_hash") or "", **process_tags(),
                   **{f"node.{k}": v for k, v in record.node.items()}})
         run_id = run.info.run_id
+        try:
+            self._record_stage(run_id, record, params, dvc_info)
+        except BaseException:
+            self.client.set_terminated(run_id, "FAILED")  # never a RUNNING run of a live driver
+            raise
+        self.client.set_terminated(run_id, "FINISHED", end_time=int(record.ended * 1000))
+        return run_id
+
+    def _record_stage(self, run_id: str, record: StageRecord, params: dict[str, Any],
+                      dvc_info: dict[str, Any]) -> None:
+        from mlflow.entities import Dataset, DatasetInput, InputTag, Metric
+
         self._log_params(run_id, params)
         metrics = [Metric(mlflow_key(name), value, int(ts * 1000), step or 0)
                    for name, value, step, ts in record.history if math.isfinite(value)]
@@ -124,8 +134,41 @@ class Tracker:
             self.client.log_inputs(run_id, datasets=datasets)
         for artifact in record.artifacts:
             self.client.log_artifact(run_id, artifact)
-        self.client.set_terminated(run_id, "FINISHED", end_time=now)
-        return run_id
+
+    def log_failed_stage(self, parent_id: str, method: str, stage: str, item_key: str | None,
+                         params: dict[str, Any], error: str, traceback_text: str, profile: str) -> str:
+        """A child run for a stage that raised: FAILED, its params, the traceback as an artifact."""
+        run = self.client.create_run(
+            self.experiment_id(method),
+            run_name=child_run_name(method, stage, params.get("item"), profile),
+            tags={"mlflow.parentRunId": parent_id, "method": method, "stage": stage,
+                  "item": item_key or "", "profile": profile, "error": error[:5000],
+                  **process_tags()})
+        try:
+            self._log_params(run.info.run_id, params)
+            self.client.log_text(run.info.run_id, traceback_text or error, "traceback.txt")
+        finally:
+            self.client.set_terminated(run.info.run_id, "FAILED")
+        return run.info.run_id
+
+    def mark_dead_runs_killed(self, method: str) -> list[str]:
+        """Runs left RUNNING by a process of this host that no longer exists (killed, crashed):
+        marked KILLED, so a RUNNING run is always one that is still going."""
+        from flows.runtime.processes import pid_alive
+
+        found = self.client.get_experiment_by_name(method)
+        if found is None:
+            return []
+        here = process_tags()["host"]
+        killed = []
+        for run in self.client.search_runs([found.experiment_id], "attributes.status = 'RUNNING'",
+                                           max_results=10_000):
+            pid, host = run.data.tags.get("pid"), run.data.tags.get("host")
+            if pid and pid.isdigit() and host == here and not pid_alive(int(pid)):
+                self.client.set_tag(run.info.run_id, "killed_reason", f"process {pid} was gone")
+                self.client.set_terminated(run.info.run_id, "KILLED")
+                killed.append(run.info.run_id)
+        return killed
 
     def log_parent_metrics(self, parent_id: str, metrics: dict[str, float]) -> None:
         from mlflow.entities import Metric
@@ -135,7 +178,16 @@ class Tracker:
         for i in range(0, len(entries), 1000):
             self.client.log_batch(parent_id, metrics=entries[i:i + 1000])
 
-    def finish_parent(self, parent_id: str, ok: bool, tags: dict[str, str] | None = None) -> None:
+    def finish_parent(self, parent_id: str, status: str, tags: dict[str, str] | None = None) -> None:
+        """``status``: FINISHED, FAILED or KILLED (interrupted)."""
         for key, value in (tags or {}).items():
             self.client.set_tag(parent_id, key, value)
-        self.client.set_terminated(parent_id, "FINISHED" if ok else "FAILED")
+        self.client.set_terminated(parent_id, status)
+
+
+def process_tags() -> dict[str, str]:
+    """Who writes a run: a RUNNING run whose process is gone was killed."""
+    import os
+    import socket
+
+    return {"pid": str(os.getpid()), "host": socket.gethostname()}

@@ -16,6 +16,7 @@ Linux) and are killed by ``kill()`` when a run is cancelled.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import queue
 import signal
 import sys
@@ -49,7 +50,7 @@ def pool(size: int) -> Iterator["WorkerPool"]:
 class _Worker:
     def __init__(self, context) -> None:
         self.conn, child = context.Pipe()
-        self.process = context.Process(target=_worker_main, args=(child,), daemon=True,
+        self.process = context.Process(target=_worker_main, args=(child, os.getpid()), daemon=True,
                                        name="repro-stage-worker")
         self.process.start()
         child.close()
@@ -61,7 +62,7 @@ class WorkerPool:
         self._context = multiprocessing.get_context("spawn")
         self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
         self._workers: list[_Worker] = []
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # kill() may run in a signal handler
         self._stopped = False
 
     def _acquire(self) -> _Worker:
@@ -151,17 +152,23 @@ class WorkerPool:
             worker.conn.close()
 
 
-def _die_with_parent() -> None:
-    if sys.platform.startswith("linux"):
-        import ctypes
+def _exit_when_orphaned(parent: int) -> None:
+    """Workers may be started from Prefect's task threads, so the parent-death signal (tied to
+    the starting thread) does not fit them: a watchdog thread polls for the driver instead."""
+    import os
+    import time
 
-        PR_SET_PDEATHSIG = 1
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="repro-orphan-watch").start()
 
 
-def _worker_main(conn) -> None:
+def _worker_main(conn, parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _die_with_parent()
+    _exit_when_orphaned(parent)
     from pathlib import Path
 
     from flows.runtime.execute import run_stage

@@ -62,14 +62,16 @@ def test_failure_then_resume_recomputes_nothing_finished(toy, monkeypatch):
     assert second.executed == ["total"]
     assert second.metrics(M, "total")["total"] == (0 + 1 + 4) * (1 + 4)
 
-    # each stage instance was logged exactly once across both runs
-    names = sorted(instance(r) for r in child_runs(toy))
+    # each stage instance was logged as finished exactly once across both runs, and the
+    # first run's failure has its own FAILED child run
+    names = sorted(instance(r) for r in child_runs(toy) if r.info.status == "FINISHED")
     assert names == ["make_data", "square@0", "square@1", "total"]
+    assert [instance(r) for r in child_runs(toy) if r.info.status == "FAILED"] == ["total"]
     parents = {r.info.run_id: r.info.status for r in _parents(toy)}
     assert sorted(parents.values()) == ["FAILED", "FINISHED"]
 
     third = run_in_temp_project(M, toy.root)
-    assert third.executed == [] and len(child_runs(toy)) == 4
+    assert third.executed == [] and len(child_runs(toy)) == 5
     assert len(_parents(toy)) == 2          # a no-op run starts no MLflow run at all
 
 
@@ -116,7 +118,7 @@ def test_only_force_and_from(toy):
     assert only.executed == ["total"]
     start = run_in_temp_project(M, toy.root, selection=runner.Selection(start="square"))
     assert start.executed == []              # --from only runs what is stale
-    with pytest.raises(KeyError, match="no stage 'nope'"):
+    with pytest.raises(SystemExit, match="has no stage 'nope'"):
         run_in_temp_project(M, toy.root, selection=runner.Selection(only=frozenset({"nope"})))
 
 
@@ -151,6 +153,8 @@ def test_kill_9_mid_stage_leaves_nothing_finished(toy):
     resumed = run_in_temp_project(M, toy.root)
     assert sorted(resumed.executed) == ["square@0", "square@1", "total"]   # make_data kept
     assert not list(square_dir.glob(".tmp-*"))
+    statuses = sorted(r.info.status for r in _parents(toy))
+    assert statuses == ["FINISHED", "KILLED"]      # the killed driver's run did not stay RUNNING
 
 
 def test_dvc_cli_agrees_and_dvc_repro_is_a_second_entry_point(toy, tmp_path):

@@ -238,5 +238,12 @@ def test_settings_come_from_env_and_secrets_stay_out_of_worker_env(monkeypatch):
     assert env["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9000" and env["TOY_X"] == "1"
     assert env["REPRO_DATA_ROOT"] == "s3://b/data" and "PYTHONPATH" in env
     assert not {"AWS_SECRET_ACCESS_KEY", "AWS_ACCESS_KEY_ID", "MLFLOW_TRACKING_PASSWORD"} & set(env)
+    assert "MLFLOW_TRACKING_URI" not in env                 # workers never write to MLflow
+    monkeypatch.setenv("REPRO_RAY_FORWARD_ENV", "TOY_X,MY_URI,GITHUB_TOKEN")
+    monkeypatch.setenv("MY_URI", "https://user:pass@tracking.example.org")
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_x")
+    env = ScaleOut.from_env().worker_env()
+    assert env["TOY_X"] == "1" and "MY_URI" not in env and "GITHUB_TOKEN" not in env
+    assert "pass@" not in " ".join(env.values())
     assert driver_host(settings) == "127.0.0.1"            # a cluster on this machine
     assert driver_host(ScaleOut(ray_address="10.1.2.3:6379", driver_host="10.9.9.9")) == "10.9.9.9"

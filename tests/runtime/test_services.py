@@ -102,3 +102,25 @@ def test_cli_status_compare_and_errors(tmp_path):
     assert "stale" in stale and "params: data" in stale
     compare = repro("compare", M, root=project.root).stdout
     assert "1 run(s)" in compare and "total/total" in compare
+
+
+def test_repro_ui_stopped_by_ctrl_c_leaves_no_process(tmp_path):
+    """`repro ui` runs `mlflow ui` (and its uvicorn worker) in a process group of its own and
+    stops the whole group; SIGTERM is checked where the browser test stops it."""
+    import signal
+
+    from tests.runtime.cluster import _http_ok, wait_until
+    from tests.runtime.test_records import alive, descendants
+
+    project = make_project(tmp_path / "proj", [M])
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "ui", "--port", str(port)],
+                            env={**os.environ, "REPRO_ROOT": str(project.root)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_until(lambda: _http_ok(f"http://127.0.0.1:{port}/health"), 240, "repro ui", proc)
+    spawned = descendants(proc.pid)
+    assert len(spawned) >= 2                                  # mlflow ui and uvicorn
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=30) == 128 + signal.SIGINT
+    time.sleep(1)
+    assert not alive(spawned), f"left running: {alive(spawned)}"
