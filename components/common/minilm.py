@@ -128,3 +128,41 @@ def load_minilm() -> MiniLM:
 def mean_pool(h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     m = mask.to(h.dtype)[..., None]
     return (h * m).sum(1) / m.sum(1).clamp_min(1.0)
+
+
+class SentenceEncoder:
+    """Sentence embeddings as sentence-transformers computes them for all-MiniLM-L6-v2 (mean
+    pool over the last layer, then L2 norm), memoised by text so that a sentence shared by
+    several callers (retrievers, readers, judges) is encoded once. ``encode(texts)`` and
+    ``encoder(texts)`` both return a float32 [N, 384] array in the order of ``texts``."""
+
+    def __init__(self, max_tokens: int = 64, batch: int = 64):
+        self.model = load_minilm()
+        self.max_tokens, self.batch = max_tokens, batch
+        self.cache: dict[str, "np.ndarray"] = {}
+
+    @torch.no_grad()
+    def _encode(self, texts: list[str]):
+        import numpy as np
+
+        out = []
+        for i in range(0, len(texts), self.batch):
+            ids, mask = tokenize(texts[i:i + self.batch], self.max_tokens)
+            keep = int(mask.sum(1).max())       # drop all-padding columns: same result, less work
+            ids, mask = ids[:, :keep], mask[:, :keep]
+            h = self.model.hidden_states(ids, mask)[-1]
+            out.append(F.normalize(mean_pool(h, mask), dim=-1).numpy())
+        return np.concatenate(out) if out else np.zeros((0, HIDDEN), np.float32)
+
+    def encode(self, texts: list[str]):
+        import numpy as np
+
+        todo = sorted({t for t in texts if t not in self.cache})  # sorted: batches do not depend on call order
+        if todo:
+            for t, v in zip(todo, self._encode(todo)):
+                self.cache[t] = v
+        if not texts:
+            return np.zeros((0, HIDDEN), np.float32)
+        return np.stack([self.cache[t] for t in texts]).astype(np.float32)
+
+    __call__ = encode

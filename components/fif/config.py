@@ -18,6 +18,7 @@ class Corpus(Section):
     n_queries: int = 120
     namesake_rate: float = 0.3       # persons that share their full name with another person
     replica_rate: float = 0.4        # landmarks that have a near-duplicate "replica" page
+    nearmiss_rate: float = 0.3       # pages whose first paragraph states a near miss before the true relation
 
 
 class Embed(Section):
@@ -31,6 +32,8 @@ class Retrieve(Section):
                           "fif_no_backtrack", "fif_no_escalation", "always_max"]
     reader: str = "reader"           # "reader" (deterministic, default) or "openai" (paper)
     reader_error: float = 0.1        # epsilon: probability that a reader judgement is flipped
+    nearmiss_sim: float = 0.75       # MiniLM cosine above which the reader takes a near miss (dev-calibrated)
+    dev_methods: list[str] = ["fif", "fif_no_backtrack"]  # run on the dev seeds (premise checks)
     robustness_errors: list[float] = [0.0, 0.2]  # G1 also reported at these epsilons (fif, baselines)
     shortlist_k: int = 30            # k of the LLM shortlist (the paper's one named hyper-parameter)
     cheap_read: int = 3              # components the evaluator reads after a vector-only selection
@@ -40,13 +43,18 @@ class Retrieve(Section):
 
 
 class FifConfig(MethodConfig):
-    seeds: list[int] = [0, 1, 2]     # corpus seeds
+    seeds: list[int] = [0, 1, 2]     # test corpus seeds (the criteria are measured here)
+    dev_seeds: list[int] = [100]     # dev corpus seeds: knobs calibrated, premises measured here
+
+    @property
+    def corpus_seeds(self) -> list[int]:
+        return list(self.dev_seeds) + list(self.seeds)
     corpus: Corpus = Corpus()
     embed: Embed = Embed()
     retrieve: Retrieve = Retrieve()
 
     SMOKE: ClassVar[dict] = {
-        "seeds": [0],
+        "seeds": [0], "dev_seeds": [7],
         "corpus": {"n_cities": 12, "n_persons": 20, "n_orgs": 14, "n_landmarks": 10, "n_queries": 16},
         "retrieve": {"robustness_errors": [0.0]},
     }

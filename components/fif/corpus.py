@@ -100,32 +100,47 @@ def generate(cfg, seed: int) -> dict:
         twin, far = pick(c.n_cities), ("landmark", pick(n_land))
         p1 = f"{name} is a city in {rng.choice(COUNTRIES)}."
         links1 = []
+        twin_s, far_s = f"{name} is twinned with {cities[twin]}.", f"Visitors to {name} often travel to see {land_name(far)}."
+        if rng.random() < c.nearmiss_rate:  # the near miss is read before the true relation
+            p1, links1, p2, links2 = f"{p1} {twin_s}", [doc[("city", twin)]], far_s, [doc[far]]
+        else:
+            p2, links2 = f"{twin_s} {far_s}", [doc[("city", twin)], doc[far]]
         if land is not None:
             p1 += f" {name} is home to {land_name(land)}."
-            links1 = [doc[land]]
-        p2 = f"{name} is twinned with {cities[twin]}. Visitors to {name} often travel to see {land_name(far)}."
+            links1 = links1 + [doc[land]]
         pages[doc[("city", i)]] = Page(name, "city", f"{name} is a city.", [
-            ("paragraph", p1, links1), ("paragraph", p2, [doc[("city", twin)], doc[far]]),
+            ("paragraph", p1, links1), ("paragraph", p2, links2),
             ("table", f"Infobox of {name}. population: {int(rng.integers(10, 900)) * 1000}. country: {rng.choice(COUNTRIES)}.", []),
             ("image", f"Image of {name}. Tags: skyline, river, colour: {rng.choice(COLOURS)}.", [])])
     for i, name in enumerate(persons):
         occ, lived, mate = rng.choice(OCCUPATIONS), pick(c.n_cities), pick(c.n_persons)
         city = int(p_born[i])
-        p1 = f"{name} is a {occ}. {name} was born in {cities[city]}."
-        p2 = f"{name} lived in {cities[lived]}. {name} worked with {persons[mate]}."
+        born_s, lived_s = f"{name} was born in {cities[city]}.", f"{name} lived in {cities[lived]}."
+        mate_s = f"{name} worked with {persons[mate]}."
+        if rng.random() < c.nearmiss_rate:  # the near miss is read before the true relation
+            p1, links1 = f"{name} is a {occ}. {lived_s} {born_s}", [doc[("city", lived)], doc[("city", city)]]
+            p2, links2 = mate_s, [doc[("person", mate)]]
+        else:
+            p1, links1 = f"{name} is a {occ}. {born_s}", [doc[("city", city)]]
+            p2, links2 = f"{lived_s} {mate_s}", [doc[("city", lived)], doc[("person", mate)]]
         pages[doc[("person", i)]] = Page(name, "person", f"{name} is a {occ}.", [
-            ("paragraph", p1, [doc[("city", city)]]),
-            ("paragraph", p2, [doc[("city", lived)], doc[("person", mate)]]),
+            ("paragraph", p1, links1), ("paragraph", p2, links2),
             ("table", f"Infobox of {name}. born: {int(rng.integers(1900, 1990))}. occupation: {occ}.", []),
             ("image", f"Image of {name}. Tags: portrait, colour: {rng.choice(COLOURS)}.", [])])
     for i, name in enumerate(orgs):
         ind, hired, office = rng.choice(INDUSTRIES), pick(c.n_persons), pick(c.n_cities)
         f, hq = int(o_founder[i]), int(o_hq[i])
-        p1 = f"{name} is a {ind} company. {name} was founded by {persons[f]}. {name} is headquartered in {cities[hq]}."
-        p2 = f"{name} once hired {persons[hired]}. {name} opened an office in {cities[office]}."
+        found_s, hq_s = f"{name} was founded by {persons[f]}.", f"{name} is headquartered in {cities[hq]}."
+        hired_s, office_s = f"{name} once hired {persons[hired]}.", f"{name} opened an office in {cities[office]}."
+        rel = [(found_s, doc[("person", f)]), (hq_s, doc[("city", hq)])]
+        if rng.random() < c.nearmiss_rate:  # a near miss for each relation is read before it
+            rel = [(hired_s, doc[("person", hired)]), rel[0], (office_s, doc[("city", office)]), rel[1]]
+            p2, links2 = f"{name} has offices abroad.", []
+        else:
+            p2, links2 = f"{hired_s} {office_s}", [doc[("person", hired)], doc[("city", office)]]
+        p1 = f"{name} is a {ind} company. " + " ".join(t for t, _ in rel)
         pages[doc[("org", i)]] = Page(name, "org", f"{name} is a {ind} company.", [
-            ("paragraph", p1, [doc[("person", f)], doc[("city", hq)]]),
-            ("paragraph", p2, [doc[("person", hired)], doc[("city", office)]]),
+            ("paragraph", p1, [d for _, d in rel]), ("paragraph", p2, links2),
             ("table", f"Infobox of {name}. founded: {int(rng.integers(1850, 2010))}. industry: {ind}.", []),
             ("image", f"Image of {name}. Tags: logo, building, colour: {rng.choice(COLOURS)}.", [])])
     for key in [("landmark", i) for i in range(n_land)] + [("replica", r) for r in range(len(replicas))]:

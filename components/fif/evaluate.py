@@ -2,6 +2,7 @@
 criteria of CLAIMS.md (mean over corpus seeds), and a plot."""
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 
 import numpy as np
@@ -23,12 +24,41 @@ def mrr_at(ranked: list[int], relevant: set[int], k: int = 10) -> float:
     return 0.0
 
 
+LADDER_RUNG = {(1, "none"): 0, (2, "none"): 1, (2, "comp"): 2, (2, "both"): 3}
+
+
+def firing_counts(trace: list[dict]) -> dict[str, float]:
+    """How often the policy backtracked, climbed the cost ladder (a higher rung than the
+    previous attempt at the same hop) and widened the scope (local -> global at the same hop)."""
+    backtracks = escalations = widenings = 0
+    prev = None
+    for t in trace:
+        if t["action"] == "BACKTRACK":
+            backtracks, prev = backtracks + 1, None
+        elif t["action"] == "TRAVERSE":
+            s = t["strategy"]
+            cur = (t["hop"], LADDER_RUNG.get((s["granularity"], s["llm"]), 0), s["scope"])
+            if prev and prev[0] == cur[0]:
+                escalations += cur[1] > prev[1]
+                widenings += prev[2] == "local" and cur[2] == "global"
+            prev = cur
+    return {"backtracks": backtracks, "escalations": escalations, "widenings": widenings,
+            "backtracked": float(backtracks > 0)}
+
+
 def score_runs(runs: dict, qrels: dict[str, set[int]]) -> dict[str, dict[str, float]]:
-    """Per method: mean metrics in percent (recall, MRR) and mean cost per query."""
+    """Per method: mean metrics in percent (recall, MRR), mean cost per query, and how often
+    backtracking and escalation fired (per query; ``backtracked`` = share of queries, %)."""
     acc: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for m, qid, ranked, calls, tokens, lat in zip(runs["method"], runs["qid"], runs["ranked"], runs["calls"],
-                                                   runs["tokens"], runs["latency_s"]):
+    n = len(runs["qid"])
+    traces = runs.get("trace", ["[]"] * n)
+    near = runs.get("near_misses", [0] * n)
+    for m, qid, ranked, calls, tokens, lat, tr, nm in zip(runs["method"], runs["qid"], runs["ranked"], runs["calls"],
+                                                           runs["tokens"], runs["latency_s"], traces, near):
         rel = qrels[qid]
+        for key, v in firing_counts(json.loads(tr) if isinstance(tr, str) else tr).items():
+            acc[m][key].append(100 * v if key == "backtracked" else v)
+        acc[m]["near_misses"].append(nm)
         for k in KS:
             acc[m][f"R@{k}"].append(100 * recall_at(list(ranked), rel, k))
         acc[m]["MRR@10"].append(100 * mrr_at(list(ranked), rel))
@@ -58,13 +88,26 @@ def criteria(mean: dict[str, dict[str, float]], per_seed: list[dict]) -> dict[st
     return out
 
 
+def _score_seed(ctx, seed: int) -> dict[str, dict[str, float]]:
+    runs = read_table(ctx.inputs["retrieve"][str(seed)] / "runs.parquet").to_pydict()
+    qrels_t = read_table(ctx.inputs["build_corpus"][str(seed)] / "qrels.parquet").to_pydict()
+    qrels = {q: {int(c)} for q, c in zip(qrels_t["qid"], qrels_t["comp_id"])}
+    return score_runs(runs, qrels)
+
+
+def premise(dev: list[dict]) -> dict[str, float]:
+    """Premise quantities, on the dev seeds only: without backtracking FiF must leave room to
+    recover (R@10 < 90), and content-dependent reader errors must actually occur."""
+    if not dev:
+        return {}
+    mean = lambda m, k: float(np.mean([s[m][k] for s in dev]))  # noqa: E731
+    return {"dev_fif_no_backtrack_R10": mean("fif_no_backtrack", "R@10"), "dev_fif_R10": mean("fif", "R@10"),
+            "dev_fif_near_misses": mean("fif", "near_misses"), "dev_fif_backtracked": mean("fif", "backtracked")}
+
+
 def evaluate_stage(cfg, ctx) -> None:
-    per_seed = []
-    for seed in cfg.seeds:
-        runs = read_table(ctx.inputs["retrieve"][str(seed)] / "runs.parquet").to_pydict()
-        qrels_t = read_table(ctx.inputs["build_corpus"][str(seed)] / "qrels.parquet").to_pydict()
-        qrels = {q: {int(c)} for q, c in zip(qrels_t["qid"], qrels_t["comp_id"])}
-        per_seed.append(score_runs(runs, qrels))
+    dev = [_score_seed(ctx, s) for s in cfg.dev_seeds]
+    per_seed = [_score_seed(ctx, s) for s in cfg.seeds]
     methods = list(per_seed[0])
     keys = list(per_seed[0][methods[0]])
     mean = {m: {k: float(np.mean([s[m][k] for s in per_seed])) for k in keys} for m in methods}
@@ -72,11 +115,12 @@ def evaluate_stage(cfg, ctx) -> None:
     table = {"method": methods, **{k: [mean[m][k] for m in methods] for k in keys},
              **{f"{k}_std": [std[m][k] for m in methods] for k in keys}}
     write_table(ctx.out_dir / "results.parquet", table)
-    crit = criteria(mean, per_seed)
-    write_json_atomic(ctx.out_dir / "results.json", {"mean": mean, "std": std, "per_seed": per_seed, "criteria": crit})
+    crit = {**criteria(mean, per_seed), **premise(dev)}
+    write_json_atomic(ctx.out_dir / "results.json", {"mean": mean, "std": std, "per_seed": per_seed, "dev": dev,
+                                                     "criteria": crit})
     _plot(ctx.out_dir / "recall_vs_tokens.png", mean)
     ctx.log_artifact(ctx.out_dir / "recall_vs_tokens.png")
-    flat = {f"{m}/{k}": v for m, d in mean.items() for k, v in d.items() if k in ("R@10", "MRR@10", "calls", "tokens")}
+    flat = {f"{m}/{k}": v for m, d in mean.items() for k, v in d.items() if k in ("R@10", "MRR@10", "calls", "tokens", "backtracks", "escalations", "widenings", "near_misses")}
     ctx.write_metrics({**flat, **crit})
 
 

@@ -8,6 +8,13 @@ judgement is flipped (LLM noise): an answerable hop is called unanswerable, or a
 unanswerable one is "answered" with a plausible but wrong anchor. Every call is charged the
 token length of the prompt that would have been sent, and answers are memoised by prompt
 hash (a resumed run never pays twice; ``attempt`` models re-sampling a retried prompt).
+
+Errors depend on content, not only on chance: a hasty reading accepts a *near-miss* sentence
+("X lived in C" for "Where was X born?") when it is about the asked subject, names a linked
+entity, and is close to the subquery in MiniLM space (cosine >= ``nearmiss_sim``). A cheap
+evaluation reads candidates in the order given and takes the first sentence that looks right;
+a selection with LLM reasoning first looks for exact evidence in the whole shortlist and falls
+back to a near miss only when there is none.
 """
 from __future__ import annotations
 
@@ -54,12 +61,16 @@ class Judgement:
     answerable: bool
     index: int = -1        # which candidate holds the answer
     answer: str = ""
+    note: str = ""         # "near_miss" when a near-miss sentence was taken for evidence
 
 
 @dataclass
 class Reader:
     error: float = 0.1
     seed: int = 0
+    encode: object = None          # sentence encoder (texts -> unit vectors); None: never fooled
+    nearmiss_sim: float = 1.01     # cosine above which a near-miss sentence is accepted
+    nearmiss_accepted: int = 0     # how many judgements took a near miss (diagnostic)
     calls: int = 0
     tokens: int = 0
     cache: dict[str, object] = field(default_factory=dict)
@@ -88,11 +99,13 @@ class Reader:
         self._charge(role, prompt)
         key = hashlib.sha1(f"{role}|{attempt}|{prompt}".encode()).hexdigest()
         if key not in self.cache:
-            self.cache[key] = self._read(subquery, cands, prompt, attempt)
+            self.cache[key] = self._read(subquery, cands, prompt, attempt, role)
         return self.cache[key]
 
-    def _read(self, subquery: str, cands: list[Candidate], prompt: str, attempt: int) -> Judgement:
-        truth = read_evidence(subquery, cands)
+    def _read(self, subquery: str, cands: list[Candidate], prompt: str, attempt: int, role: str) -> Judgement:
+        truth = read_evidence(subquery, cands, self._near_miss, careful=role == "select")
+        if truth.note == "near_miss":
+            self.nearmiss_accepted += 1
         if not self._flip(prompt, attempt) or not cands:
             return truth
         if truth.answerable:
@@ -103,6 +116,12 @@ class Reader:
         answer = top.link_titles[h % len(top.link_titles)] if top.link_titles else top.text.split(":")[-1].strip(" .")
         return Judgement(True, 0, answer)
 
+    def _near_miss(self, subquery: str, sentence: str) -> bool:
+        if self.encode is None or self.nearmiss_sim > 1:
+            return False
+        a, b = self.encode([strip_exclusions(subquery), sentence])
+        return float(a @ b) >= self.nearmiss_sim
+
     def rerank_charge(self, query: str, texts: list[str]) -> None:
         self._charge("rerank", query + "\n" + "\n".join(texts))
 
@@ -111,17 +130,45 @@ def strip_exclusions(subquery: str) -> str:
     return subquery.split(" (not ")[0]
 
 
-def read_evidence(subquery: str, cands: list[Candidate]) -> Judgement:
-    """Noise-free reading: the first candidate stating the subquery's relation for its subject."""
+def exclusions(subquery: str) -> set[str]:
+    """Names a rewritten subquery rules out: "Where was X born? (not A) (not B)" -> {A, B}."""
+    return set(re.findall(r" \(not ([^)]+)\)", subquery))
+
+
+BRIDGE_RELATIONS = 4  # the first ANSWERS entries name an entity (a hop to another page)
+
+
+def sentences(text: str) -> list[str]:
+    return [t.strip(" .") + "." for t in text.split(". ") if t.strip(" .")]
+
+
+def read_evidence(subquery: str, cands: list[Candidate], near_miss=None, careful: bool = False) -> Judgement:
+    """The first sentence stating the subquery's relation for its subject (an answer the
+    subquery rules out is skipped). With ``near_miss`` (subquery, sentence) -> bool, a bridge
+    hop may instead take a sentence about the subject that names a linked entity and that
+    ``near_miss`` finds close enough: a hasty reading takes whichever comes first in reading
+    order; a ``careful`` one takes a near miss only when no exact evidence exists."""
     q = strip_exclusions(subquery)
-    for q_pat, ev_pat in ANSWERS:
+    banned = exclusions(subquery)
+    for r, (q_pat, ev_pat) in enumerate(ANSWERS):
         m = re.fullmatch(q_pat, q)
         if not m:
             continue
-        ev = re.compile(ev_pat.format(s=re.escape(m.group(1))))
+        subject = m.group(1)
+        ev = re.compile(ev_pat.format(s=re.escape(subject)))
+        exact = next((Judgement(True, i, hit.group(1)) for i, c in enumerate(cands)
+                      for hit in [ev.search(c.text)] if hit and hit.group(1) not in banned), Judgement(False))
+        if near_miss is None or r >= BRIDGE_RELATIONS or (careful and exact.answerable):
+            return exact
         for i, c in enumerate(cands):
-            hit = ev.search(c.text)
-            if hit:
-                return Judgement(True, i, hit.group(1))
-        return Judgement(False)
+            for sent in sentences(c.text):
+                hit = ev.search(sent)
+                if hit and hit.group(1) not in banned:
+                    return Judgement(True, i, hit.group(1))
+                if hit or not sent.startswith(subject + " "):
+                    continue
+                named = [t for t in c.link_titles if t in sent[len(subject):] and t not in banned]
+                if named and near_miss(subquery, sent):
+                    return Judgement(True, i, named[0], note="near_miss")
+        return exact
     return Judgement(False)

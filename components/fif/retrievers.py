@@ -36,7 +36,7 @@ class Variant:
 
 VARIANTS = {
     "fif": Variant(),
-    "fif_no_backtrack": Variant(backtrack=False, pattern_rule=False),
+    "fif_no_backtrack": Variant(backtrack=False),  # one switch only: the pattern rule stays
     "fif_no_escalation": Variant(escalate=False),
     "always_max": Variant(start_rung=TOP),
 }
@@ -159,8 +159,9 @@ def run_agent(cx: Ctx, query: str, variant: Variant) -> tuple[list[int], list[di
         local_fails += scope == "local"
         if variant.backtrack and hop > 0 and backtracks < 2 and _should_backtrack(variant, tau, fails, out):
             prev = hop - 1  # re-anchor at the latest success, excluding the dead end it led to
+            # the dead end's documents are excluded and its name is negated in the rewritten
+            # subquery; the component is kept: it may also state the right answer
             excl_docs[prev] |= set(anchors[hop] or [])
-            excl_comps[prev].add(ans_comp[prev])
             dead_names[prev].append(answers[prev])
             answers.pop(prev), ans_comp.pop(prev)
             hop, rung, fails, local_fails = prev, rung_at[prev], 0, 0
@@ -272,15 +273,20 @@ def run_ircot(cx: Ctx, query: str) -> tuple[list[int], list[dict]]:
 
 
 def run_lilac(cx: Ctx, query: str) -> tuple[list[int], list[dict]]:
-    """Fixed plan, layered beam traversal by vector score only: no evaluation, no replanning,
-    no backtracking. Under-specified subqueries are embedded without their placeholder."""
+    """Fixed plan, layered beam traversal by vector score: one pass over the plan, no
+    escalation, no replanning, no backtracking. Each hop's subquery keeps its placeholder,
+    filled with the previous hop's verified answer; the reader verifies each hop on the beam's
+    components, and a verified answer steers the beam along its link. An unverified hop leaves
+    the placeholder unfilled and the beam follows every link of the hop's components."""
     ix, p = cx.index, cx.p
     subs = cx.reader.plan(query)
     trace: list[dict] = [{"step": 0, "action": "PLAN", "subqueries": list(subs)}]
     beam: set[int] | None = None
     layers: list[list[int]] = []
+    answers: dict[int, str] = {}
+    verified: list[int] = []
     for hop, sub in enumerate(subs):
-        q = re.sub(r"\s+", " ", re.sub(r"#\d+", "", sub)).strip()
+        q = re.sub(r"#(\d+)", lambda m: answers.get(int(m.group(1)) - 1, m.group(0)), sub)
         qv = cx.qv(q)
         cand = set(range(len(ix.titles))) if beam is None else beam | set().union(*(ix.neighbours[d] for d in beam))
         doc_s = ix.doc_scores(qv, 2)
@@ -288,11 +294,19 @@ def run_lilac(cx: Ctx, query: str) -> tuple[list[int], list[dict]]:
         comp_s = ix.comp_scores(qv, 2)
         comps = sorted((c for d in docs for c in ix.doc_comps[d]), key=lambda c: -comp_s[c])[: p.beam]
         layers.append(comps)
+        j = cx.reader.judge(q, [ix.candidate(c) for c in comps], "evaluate")
+        comp = comps[j.index] if j.answerable else -1
         trace.append({"step": hop + 1, "action": "TRAVERSE", "hop": hop, "subquery": q, "anchor": sorted(beam or []),
                       "strategy": {"scope": "global" if beam is None else "local", "granularity": 2, "llm": "none"},
-                      "outcome": "unchecked", "note": "", "component": comps[0] if comps else -1})
-        beam = {d for c in comps for d in ix.comp_links[c]} or set(docs)
-    ordered = [c for layer in reversed(layers) for c in layer]
+                      "outcome": "success" if j.answerable else "failure", "note": "", "component": comp})
+        if j.answerable:
+            answers[hop] = j.answer
+            verified.append(comp)
+            bridge = {d for d in ix.comp_links[comp] if ix.titles[d] == j.answer}
+            beam = bridge or {d for c in comps for d in ix.comp_links[c]} or set(docs)
+        else:
+            beam = {d for c in comps for d in ix.comp_links[c]} or set(docs)
+    ordered = verified[::-1] + [c for layer in reversed(layers) for c in layer]
     return _finish(cx, query, ordered, []), trace
 
 

@@ -141,3 +141,92 @@ def test_retrieval_never_reads_qrels(tiny, tmp_path, monkeypatch):
         outs.append((runs["ranked"], runs["calls"], runs["trace"]))
     assert outs[0] == outs[1]
     assert any(json.loads(t) for t in outs[0][2])
+
+
+def test_each_ablation_switches_off_one_thing():
+    """Regression: fif_no_backtrack used to switch off the failed-pattern rule too."""
+    full = VARIANTS["fif"]
+    for name in ("fif_no_backtrack", "fif_no_escalation"):
+        v = VARIANTS[name]
+        changed = [f for f in full.__dataclass_fields__ if getattr(v, f) != getattr(full, f)]
+        assert len(changed) == 1, (name, changed)
+
+
+def _fake_encode(pairs_sim: float):
+    """Encoder whose cosine between any two different texts is ``pairs_sim``."""
+    def encode(texts):
+        a = np.array([1.0, 0.0])
+        b = np.array([pairs_sim, np.sqrt(1 - pairs_sim ** 2)])
+        return np.stack([a if i == 0 else b for i in range(len(texts))])
+    return encode
+
+
+def test_reader_takes_near_misses_by_similarity():
+    near = Candidate("Kaloren Mitas lived in Tasford. Kaloren Mitas worked with Sun Belmar.", ["Tasford", "Sun Belmar"])
+    exact = Candidate("Kaloren Mitas is a poet. Kaloren Mitas was born in Mirenburg.", ["Mirenburg"])
+    q = "Where was Kaloren Mitas born?"
+    hasty = Reader(error=0.0, encode=_fake_encode(0.8), nearmiss_sim=0.7)
+    j = hasty.judge(q, [near, exact])
+    assert (j.answer, j.note) == ("Tasford", "near_miss") and hasty.nearmiss_accepted == 1
+    assert hasty.judge(q, [exact, near]).answer == "Mirenburg"          # exact evidence read first
+    assert hasty.judge(q, [near, exact], role="select").answer == "Mirenburg"  # careful: exact anywhere wins
+    below = Reader(error=0.0, encode=_fake_encode(0.6), nearmiss_sim=0.7)
+    assert below.judge(q, [near, exact]).answer == "Mirenburg"
+    assert not below.judge(q, [near]).answerable
+    assert Reader(error=0.0, encode=_fake_encode(0.8), nearmiss_sim=0.7).judge(q, [near], role="select").answer == "Tasford"
+    # value hops (infobox rows) are never near misses
+    assert not hasty.judge("What is the birth year of Kaloren Mitas?", [near]).answerable
+
+
+def test_lilac_keeps_the_placeholder_and_verifies_each_hop(tiny):
+    """Regression: lilac_like used to drop '#i' from sub-queries ("Where was born?") and
+    never asked the reader; now each hop is verified and fills the next placeholder."""
+    from components.fif.retrievers import run_lilac
+
+    ix = _index(tiny)
+    queries = read_table(tiny["corpus"] / "queries.parquet").to_pydict()["text"]
+    reader = Reader(error=0.0, seed=0)
+    cx = Ctx(ix, BowEncoder().encode, reader, tiny["cfg"].retrieve)
+    filled = 0
+    for q in queries:
+        calls0 = reader.calls
+        _, trace = run_lilac(cx, q)
+        hops = [t for t in trace if t["action"] == "TRAVERSE"]
+        assert reader.calls - calls0 == 1 + len(hops)  # one plan call, one verification per hop
+        for prev, t in zip(hops, hops[1:]):
+            assert "  " not in t["subquery"] and not t["subquery"].startswith(("Where was born", "What is the birth year of?"))
+            if prev["outcome"] == "success":
+                assert "#" not in t["subquery"]
+                filled += 1
+            else:
+                assert "#" in t["subquery"]
+    assert filled > 0
+
+
+def test_firing_counts_of_a_trace():
+    from components.fif.evaluate import firing_counts
+
+    def tr(hop, scope, g, llm, outcome="failure"):
+        return {"action": "TRAVERSE", "hop": hop, "strategy": {"scope": scope, "granularity": g, "llm": llm},
+                "outcome": outcome}
+    trace = [{"action": "PLAN"}, tr(0, "global", 1, "none", "success"), tr(1, "local", 1, "none"),
+             tr(1, "local", 2, "none"), tr(1, "global", 2, "comp"), {"action": "BACKTRACK", "hop": 0},
+             tr(0, "global", 1, "none", "success")]
+    assert firing_counts(trace) == {"backtracks": 1, "escalations": 2, "widenings": 1, "backtracked": 1.0}
+
+
+def test_dev_seed_runs_only_the_premise_arms():
+    from components.fif.config import FifConfig
+    from components.fif.retrieve import method_list
+
+    cfg = FifConfig()
+    assert set(cfg.dev_seeds).isdisjoint(cfg.seeds)  # calibration never touches a test seed
+    assert [m for m, _ in method_list(cfg.retrieve, dev=True)] == cfg.retrieve.dev_methods
+
+
+def test_shared_sentence_encoder_is_used_by_fif_and_orbit():
+    from components.common.minilm import SentenceEncoder
+    from components.fif.embed import MiniLMEncoder
+    from components.orbit.embed import Embedder
+
+    assert issubclass(MiniLMEncoder, SentenceEncoder) and Embedder is SentenceEncoder
