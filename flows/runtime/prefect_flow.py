@@ -65,13 +65,8 @@ def _run_stage(root: str, method: str, stage: str, item_key: str | None,
            "data_root": data_root}
     pool = workers.active()
     if pool is not None:
-        try:
-            with workers.gpu_slot(num_gpus) as device:
-                return pool.run({"root": root, **job, "cuda_device": device}, _ProgressReporter(name))
-        except execute_mod.StageError as err:
-            if err.kind == "Cancelled":   # Ctrl-C/SIGTERM: not the stage's failure, no traceback
-                return None
-            raise
+        with workers.gpu_slot(num_gpus) as device:
+            return pool.run({"root": root, **job, "cuda_device": device}, _ProgressReporter(name))
     try:
         record = execute_mod.run_stage(Project(Path(root)), on_progress=_ProgressReporter(name), **job)
     except Exception as err:  # noqa: BLE001 - the driver gets the type, message and traceback
