@@ -169,7 +169,12 @@ def test_interrupt_stops_records_killed_and_resumes(tmp_path, monkeypatch, sig, 
     assert spawned, "the run has no worker or server processes?"
     sent = time.time()
     os.killpg(proc.pid, sig) if to_group else os.kill(proc.pid, sig)
-    output, _ = proc.communicate(timeout=60)
+    try:
+        output, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)   # a hung driver must not outlive the test
+        proc.communicate()
+        raise
     took = time.time() - sent
     assert proc.returncode == 128 + sig, output[-3000:]
     assert took < 20, f"took {took:.1f}s to stop"
