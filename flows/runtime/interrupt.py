@@ -37,6 +37,7 @@ _deferring = 0
 _pending: int | None = None
 _received = 0
 _last_signum: int | None = None
+_installed = False
 
 
 def _handle(signum, frame) -> None:
@@ -63,7 +64,7 @@ def handled() -> Iterator[None]:
     """Install the handlers for the duration of a run (main thread only; elsewhere a no-op).
     Installed even where SIGINT was inherited as ignored (a command started with ``&`` from a
     script): an interrupt of ``repro run`` must always stop it."""
-    global _received, _pending
+    global _received, _pending, _installed
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -71,11 +72,22 @@ def handled() -> Iterator[None]:
     _received, _pending = 0, None
     for s in SIGNALS:
         signal.signal(s, _handle)
+    _installed = True
     try:
         yield
     finally:
+        _installed = False
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+def reclaim_sigterm() -> None:
+    """Called from inside the Prefect flow: Prefect's flow engine swaps in its own SIGTERM
+    handler for the flow's duration. That handler raises ``TerminationSignal`` without running
+    the stop callbacks, so the task threads went on waiting for live workers and the driver
+    hung. Put ours back (Prefect restores whatever it found when the flow ends: ours again)."""
+    if _installed and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _handle)
 
 
 @contextmanager

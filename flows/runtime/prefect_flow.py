@@ -213,6 +213,7 @@ _DRIVERS: dict[str, _Driver] = {}
 def _method_flow(driver_key: str) -> str:
     from prefect.runtime import flow_run
 
+    interrupt.reclaim_sigterm()
     d = _DRIVERS[driver_key]
     method, total = d.plan.method, len(d.plan.run)
     d.tracker.client.set_tag(d.parent, "prefect_flow_run_id", str(flow_run.id))
