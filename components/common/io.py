@@ -89,7 +89,7 @@ def save_torch(path: str | os.PathLike, obj: Any) -> None:
     torch.save(obj, buf)
     if not _plainly_loadable(obj):
         try:
-            torch.load(io.BytesIO(buf.getvalue()), map_location="cpu", weights_only=True)
+            _load_weights_only(io.BytesIO(buf.getvalue()), "cpu")
         except Exception as err:  # noqa: BLE001 - the unpickler names what it refused
             raise TypeError(f"save_torch({path}): this object cannot be read back with "
                             f"torch.load(weights_only=True): {' '.join(str(err).split())[:400]}; "
@@ -116,4 +116,22 @@ def load_torch(path: str | os.PathLike, map_location: str = "cpu") -> Any:
     (which could run code when loaded) is refused."""
     import torch
 
-    return torch.load(io.BytesIO(read_bytes(path)), map_location=map_location, weights_only=True)
+    return _load_weights_only(io.BytesIO(read_bytes(path)), map_location)
+
+
+def _load_weights_only(f, map_location: str) -> Any:
+    """``torch.load(weights_only=True)``, with numpy arrays of plain dtypes allowed (data, not
+    code: the stages save numpy splits and records); object arrays and other classes are refused."""
+    import torch
+
+    with torch.serialization.safe_globals(_numpy_safe_globals()):
+        return torch.load(f, map_location=map_location, weights_only=True)
+
+
+def _numpy_safe_globals() -> list:
+    import numpy as np
+    from numpy._core.multiarray import _reconstruct, scalar
+
+    dtypes = [getattr(np.dtypes, name) for name in dir(np.dtypes)
+              if name.endswith("DType") and name != "ObjectDType"]
+    return [_reconstruct, scalar, np.ndarray, np.dtype, *dtypes]

@@ -33,9 +33,12 @@ def test_what_save_torch_writes_loads_back(tmp_path):
     save_torch(tmp_path / "ok.pt", blob)
     back = load_torch(tmp_path / "ok.pt")
     assert torch.equal(back["state"]["w"], state["w"]) and back["names"] == ["a", "b"]
+    save_torch(tmp_path / "arrays.pt", {"x": np.arange(3.0), "labels": np.array(["a", "b"])})
+    back = load_torch(tmp_path / "arrays.pt")          # numpy arrays of plain dtypes are data
+    assert np.array_equal(back["x"], np.arange(3.0)) and list(back["labels"]) == ["a", "b"]
     with pytest.raises(TypeError, match="weights_only=True"):
-        save_torch(tmp_path / "array.pt", {"x": np.zeros(3)})
-    assert not (tmp_path / "array.pt").exists()       # refused before anything was written
+        save_torch(tmp_path / "objects.pt", {"x": np.array([collections.Counter()], dtype=object)})
+    assert not (tmp_path / "objects.pt").exists()     # refused before anything was written
 
 
 def test_cluster_prefect_server_requires_the_run_auth_string(tmp_path, monkeypatch):
