@@ -80,58 +80,14 @@ def read_table(path: str | os.PathLike) -> pa.Table:
 
 
 def save_torch(path: str | os.PathLike, obj: Any) -> None:
-    """Tensors, state dicts and plain containers of them (dict, list, tuple, str, numbers,
-    None). Anything else is refused here, when it is written, because ``load_torch`` reads
-    with ``weights_only=True`` (it never unpickles code)."""
     import torch
 
     buf = io.BytesIO()
     torch.save(obj, buf)
-    if not _plainly_loadable(obj):
-        try:
-            _load_weights_only(io.BytesIO(buf.getvalue()), "cpu")
-        except Exception as err:  # noqa: BLE001 - the unpickler names what it refused
-            raise TypeError(f"save_torch({path}): this object cannot be read back with "
-                            f"torch.load(weights_only=True): {' '.join(str(err).split())[:400]}; "
-                            "save tensors, state dicts and plain containers (torch.from_numpy, .tolist())") from None
     write_bytes_atomic(path, buf.getvalue())
 
 
-def _plainly_loadable(obj: Any) -> bool:
-    """A quick structural check (no second deserialisation for the common cases)."""
-    import torch
-
-    if obj is None or isinstance(obj, (bool, int, float, str, bytes, torch.Tensor, torch.dtype,
-                                       torch.device, torch.Size)):
-        return True
-    if type(obj) in (dict, collections.OrderedDict):
-        return all(_plainly_loadable(k) and _plainly_loadable(v) for k, v in obj.items())
-    if type(obj) in (list, tuple, set):
-        return all(_plainly_loadable(v) for v in obj)
-    return False
-
-
 def load_torch(path: str | os.PathLike, map_location: str = "cpu") -> Any:
-    """Read what ``save_torch`` wrote. ``weights_only=True``: a file holding pickled objects
-    (which could run code when loaded) is refused."""
     import torch
 
-    return _load_weights_only(io.BytesIO(read_bytes(path)), map_location)
-
-
-def _load_weights_only(f, map_location: str) -> Any:
-    """``torch.load(weights_only=True)``, with numpy arrays of plain dtypes allowed (data, not
-    code: the stages save numpy splits and records); object arrays and other classes are refused."""
-    import torch
-
-    with torch.serialization.safe_globals(_numpy_safe_globals()):
-        return torch.load(f, map_location=map_location, weights_only=True)
-
-
-def _numpy_safe_globals() -> list:
-    import numpy as np
-    from numpy._core.multiarray import _reconstruct, scalar
-
-    dtypes = [getattr(np.dtypes, name) for name in dir(np.dtypes)
-              if name.endswith("DType") and name != "ObjectDType"]
-    return [_reconstruct, scalar, np.ndarray, np.dtype, *dtypes]
+    return torch.load(io.BytesIO(read_bytes(path)), map_location=map_location, weights_only=False)
