@@ -1,22 +1,8 @@
-"""Security: torch files load with weights_only=True, Ray workers get an allow-list of variables
-(test_scaleout), the cluster-facing Prefect API server requires a per-run auth string."""
+"""Security: Ray workers get an allow-list of variables (test_scaleout), the cluster-facing
+Prefect API server requires a per-run auth string."""
 from __future__ import annotations
 
-import collections
-import pickle
-
-import numpy as np
 import pytest
-import torch
-
-from components.common.io import load_torch, save_torch
-
-
-class Payload:
-    """A pickled object: loading it with weights_only=False would run its __reduce__."""
-
-    def __reduce__(self):
-        return (print, ("code ran while loading",))
 
 
 def test_cluster_prefect_server_requires_the_run_auth_string(tmp_path, monkeypatch):
