@@ -141,12 +141,24 @@ def _api_server(executor: str, settings: ScaleOut, stack: ExitStack) -> None:
     server = _reachable_server(host, auth)
     server.start(timeout=180)
     stack.callback(server.stop)
+    stack.callback(_flush_prefect_services)  # runs first: the server must still be up
     values = {"PREFECT_API_URL": server.api_url, **({"PREFECT_API_AUTH_STRING": auth} if auth else {})}
     for key, value in values.items():
         os.environ[key] = value
         stack.callback(os.environ.pop, key, None)
     stack.enter_context(temporary_settings({PREFECT_API_URL: server.api_url,
                                             **({PREFECT_API_AUTH_STRING: auth} if auth else {})}))
+
+
+def _flush_prefect_services(timeout: float = 60) -> None:
+    """Send Prefect's queued events and logs while the run's server still listens. Left
+    queued, they retry a stopped server at interpreter exit, 7 s per attempt per event: a
+    process that ran many flows (a test session) then never exits."""
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    for service in (APILogWorker, EventsWorker):
+        service.drain_all(timeout=timeout, at_exit=False)
 
 
 def _reachable_server(host: str, auth: str | None = None):

@@ -190,3 +190,14 @@ def test_interrupt_stops_records_killed_and_resumes(tmp_path, monkeypatch, sig, 
     resumed = run_in_temp_project(M, project.root)
     assert sorted(resumed.executed) == ["square@0", "square@1", "total"]
     assert not list(square.glob(".tmp-*"))     # the killed workers' temp folders: owner gone
+
+
+def test_a_run_sends_prefect_events_before_its_server_stops(tmp_path):
+    """Regression: events left queued for the run's stopped server were retried at exit, 7 s
+    per attempt each, so a test session that ran many flows never exited (CI timed out)."""
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    project = make_project(tmp_path / "proj", ["toy_flow"])
+    runner.run(["toy_flow"], profile="smoke", executor="threads", project=project)
+    assert not EventsWorker._instances and not APILogWorker._instances
