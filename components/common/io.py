@@ -7,9 +7,11 @@ leaves a truncated file that looks complete.
 from __future__ import annotations
 
 import collections
+import functools
 import io
 import json
 import os
+import pickle
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -80,14 +82,74 @@ def read_table(path: str | os.PathLike) -> pa.Table:
 
 
 def save_torch(path: str | os.PathLike, obj: Any) -> None:
+    """Tensors, state dicts, numpy arrays of plain dtypes and plain containers of them (dict,
+    list, tuple, str, numbers, None). Anything else is refused here, before a byte is written,
+    because ``load_torch`` reads with ``weights_only=True`` (it never unpickles code)."""
     import torch
 
     buf = io.BytesIO()
     torch.save(obj, buf)
+    if not _plainly_loadable(obj):
+        try:
+            _load_weights_only(io.BytesIO(buf.getvalue()), "cpu")
+        except pickle.UnpicklingError as err:
+            raise TypeError(f"save_torch({path}): cannot be read back with torch.load(weights_only=True): "
+                            f"{_refusal(err)}; save tensors, numpy arrays and plain containers "
+                            "(turn records into dicts)") from None
     write_bytes_atomic(path, buf.getvalue())
 
 
-def load_torch(path: str | os.PathLike, map_location: str = "cpu") -> Any:
+def _plainly_loadable(obj: Any) -> bool:
+    """A quick structural check, so the common cases skip a second deserialisation."""
     import torch
 
-    return torch.load(io.BytesIO(read_bytes(path)), map_location=map_location, weights_only=False)
+    if obj is None or isinstance(obj, (bool, int, float, str, bytes, torch.Tensor, torch.dtype,
+                                       torch.device, torch.Size)):
+        return True
+    if type(obj) in (dict, collections.OrderedDict):
+        return all(_plainly_loadable(k) and _plainly_loadable(v) for k, v in obj.items())
+    if type(obj) in (list, tuple):
+        return all(_plainly_loadable(v) for v in obj)
+    return False
+
+
+def load_torch(path: str | os.PathLike, map_location: str = "cpu") -> Any:
+    """Read what ``save_torch`` wrote, with ``weights_only=True``: a file holding pickled objects
+    (which could run code when loaded) is refused with one ``UnpicklingError`` naming the file."""
+    try:
+        return _load_weights_only(io.BytesIO(read_bytes(path)), map_location)
+    except pickle.UnpicklingError as err:
+        raise pickle.UnpicklingError(f"load_torch({path}): refused, the file holds objects that "
+                                     f"weights_only=True does not load: {_refusal(err)}") from None
+
+
+def _load_weights_only(f, map_location: str) -> Any:
+    """``torch.load(weights_only=True)`` with numpy arrays of plain dtypes allowed (data, not
+    code); object arrays and every class outside torch's own allow-list are refused."""
+    import torch
+
+    _allow_numpy_arrays()
+    return torch.load(f, map_location=map_location, weights_only=True)
+
+
+@functools.cache
+def _allow_numpy_arrays() -> None:
+    """Add plain numpy arrays to torch's allow-list once per process. Not the ``safe_globals``
+    context manager: its exit removes the globals for every thread, so a stage loading in another
+    thread at that moment would be refused."""
+    import numpy as np
+    import torch
+    from numpy._core.multiarray import _reconstruct, scalar
+
+    # an object array is rebuilt through ObjectDType: leaving it out refuses object arrays;
+    # bytes: numpy pickles an empty array's buffer as bytes()
+    dtypes = [getattr(np.dtypes, name) for name in dir(np.dtypes)
+              if name.endswith("DType") and name != "ObjectDType"]
+    torch.serialization.add_safe_globals([_reconstruct, scalar, np.ndarray, np.dtype, *dtypes, bytes])
+
+
+def _refusal(err: Exception) -> str:
+    """The unpickler's reason in one line (torch wraps it in a long multi-line explanation)."""
+    text = str(err)
+    reason = text.split("WeightsUnpickler error:", 1)[-1].split("Check the documentation", 1)[0]
+    return " ".join(reason.split())[:300]
