@@ -1,5 +1,6 @@
 """Security: Ray workers get an allow-list of variables (test_scaleout), the cluster-facing
-Prefect API server requires a per-run auth string."""
+Prefect API server requires a per-run auth string (here), and stage files load with
+weights_only, refusing pickled code (tests/common/test_io.py)."""
 from __future__ import annotations
 
 import pytest
