@@ -21,6 +21,7 @@ class Data(Section):
     benchmarks: list[Literal["spurious_digits", "rotated_digits"]] = ["spurious_digits", "rotated_digits"]
     n_domains: int = 6
     spurious_p: float = 0.9              # P(shortcut pixel codes the label) on source domains
+    spurious_noise: float = 0.0          # std of pixel noise on the digit (harder digit, stronger shortcut)
     angles: list[float] = [0.0, 15.0, 30.0, 45.0, 60.0, 75.0]   # rotated_digits: one per domain
     image_size: int = 16                 # sklearn digits (8x8) upsampled
     holdout_fraction: float = 0.2        # DomainBed "out" split, for training-domain validation

@@ -91,7 +91,10 @@ def build_benchmark(benchmark: str, data, seed: int) -> dict[str, np.ndarray]:
             shortcut.append(codes[d, _shortcut_classes(labels, data.spurious_p, rng)])
         else:
             shortcut.append(np.full(len(rows), -1))
-    return {"x": np.stack(xs).reshape(len(xs), -1).astype(np.float32),
+    x = np.stack(xs)
+    if benchmark == "spurious_digits" and data.spurious_noise > 0:
+        x = _add_noise(x, data.spurious_noise, np.random.default_rng(seed + 2))
+    return {"x": x.reshape(len(xs), -1).astype(np.float32),
             "y": np.concatenate(ys).astype(np.int64), "domain": np.concatenate(domains).astype(np.int64),
             "is_out": np.concatenate(is_out), "shortcut": np.concatenate(shortcut).astype(np.int64)}
 
@@ -108,6 +111,15 @@ def _render(benchmark: str, image: np.ndarray, data, domain: int) -> np.ndarray:
             ndimage.zoom(image, inner / image.shape[0], order=1), 0.0, 1.0)
         return canvas
     raise ValueError(f"unknown benchmark {benchmark!r}; known: {BENCHMARKS}")
+
+
+def _add_noise(x: np.ndarray, std: float, rng: np.random.Generator) -> np.ndarray:
+    """Gaussian pixel noise on the digit area only (the ring stays dark for the shortcut):
+    a harder digit makes the shortcut worth more to a teacher."""
+    noisy = x.copy()
+    inner = (slice(None), slice(BORDER, -BORDER), slice(BORDER, -BORDER))
+    noisy[inner] = np.clip(noisy[inner] + rng.normal(0.0, std, noisy[inner].shape), 0.0, 1.0)
+    return noisy
 
 
 def _shortcut_classes(labels: np.ndarray, p: float, rng: np.random.Generator) -> np.ndarray:

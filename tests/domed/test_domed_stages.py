@@ -143,3 +143,12 @@ def test_teacher_diagnostics_separate_own_domain_validation_from_unseen_rows():
     assert out["teacher_overconf_unseen"] == pytest.approx(conf - 0.5)
     assert out["premise_acc_ratio"] == pytest.approx(0.5)
     assert out["premise_overconf_gap"] == pytest.approx((conf - 0.5) - (conf - 1.0))
+
+
+def test_digit_noise_leaves_the_shortcut_ring_dark(cfg):
+    noisy_cfg = cfg.data.model_copy(update={"spurious_noise": 0.3})
+    clean, noisy = (data.build_benchmark("spurious_digits", d, 0) for d in (cfg.data, noisy_cfg))
+    ring = data.ring_pixels(16)
+    assert (noisy["x"][:, ring] == 0).all()
+    assert not np.allclose(clean["x"], noisy["x"]) and (noisy["x"] >= 0).all() and (noisy["x"] <= 1).all()
+    np.testing.assert_array_equal(clean["shortcut"], noisy["shortcut"])
