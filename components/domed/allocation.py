@@ -42,7 +42,7 @@ def unseen_mask(sample_domains: np.ndarray, taus: list[list[int]]) -> np.ndarray
 
 
 def allocate_stage(cfg, ctx) -> None:
-    n_domains = len(cfg.data.angles)
+    n_domains = cfg.data.n_domains
     folds = {}
     for test_env in cfg.data.test_envs:
         sources = [d for d in range(n_domains) if d != test_env]

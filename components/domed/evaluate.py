@@ -1,4 +1,4 @@
-"""Scoring on the held-out domain, and the pass criteria of CLAIMS.md over all folds.
+"""Scoring on the held-out domain, and the premise checks and pass criteria of CLAIMS.md.
 
 ``evaluate`` is the only stage that reads test-domain rows (``test_split``).
 """
@@ -8,11 +8,12 @@ import numpy as np
 import pandas as pd
 from scipy.special import softmax
 
-from components.common.io import load_torch, read_table, write_json_atomic, write_table
+from components.common.io import load_torch, read_json, read_table, write_json_atomic, write_table
+from components.common.metrics import summarize
 from components.domed.data import load_domains, test_split
 from components.domed.losses import dirichlet_alpha
 from components.domed.models import predict_logits
-from components.domed.train import ENSEMBLE, STUDENT, fold_item, fold_key, load_models
+from components.domed.train import DIAGNOSTICS, ENSEMBLE, STUDENTS, instance_item, instance_key, load_models
 from components.domed.uncertainty import (dirichlet_uncertainty, ensemble_uncertainty, reliability,
                                           softmax_uncertainty)
 
@@ -39,35 +40,36 @@ def score_fold(cfg, ensemble: dict, students: dict[str, dict], x: np.ndarray, y:
 
 
 def evaluate_stage(cfg, ctx) -> None:
-    test_env, seed = fold_item(ctx)
-    key = fold_key(test_env, seed)
-    test = test_split(load_domains(ctx.inputs["build_domains"]), test_env)
-    ensemble = load_torch(ctx.inputs["train_erm"][key] / ENSEMBLE)
-    students = {v: load_torch(ctx.inputs["train_student"][f"{v}-{key}"] / STUDENT)
-                for v in cfg.student.variants}
-    results = score_fold(cfg, ensemble, students, test.x, test.y)
-    rows = [{"method": method, "test_env": test_env, "angle": float(cfg.data.angles[test_env]),
-             "seed": seed, **values} for method, values in results.items()]
-    write_table(ctx.out_dir / ROWS, pd.DataFrame(rows))
-    ctx.write_metrics({f"{method}/{name}": values[name] for method, values in results.items()
-                       for name in METRICS})
-
-
-def standard_error(values: pd.Series) -> float:
-    return float(values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else 0.0
+    benchmark, seed = instance_item(ctx)
+    key = instance_key(benchmark, seed)
+    arrays = load_domains(ctx.inputs["build_domains"], benchmark)
+    ensembles = load_torch(ctx.inputs["train_erm"][key] / ENSEMBLE)
+    students = load_torch(ctx.inputs["train_student"][key] / STUDENTS)
+    rows = []
+    for test_env in cfg.data.test_envs:
+        test = test_split(arrays, test_env)
+        fold_students = {v: students[v][test_env] for v in cfg.student.variants}
+        results = score_fold(cfg, ensembles[test_env], fold_students, test.x, test.y)
+        rows += [{"benchmark": benchmark, "method": method, "test_env": test_env, "seed": seed, **values}
+                 for method, values in results.items()]
+    table = pd.DataFrame(rows)
+    write_table(ctx.out_dir / ROWS, table)
+    ctx.write_metrics({f"{method}/{name}": float(group[name].mean())
+                       for method, group in table.groupby("method", sort=False) for name in METRICS})
 
 
 def summary_table(rows: pd.DataFrame) -> pd.DataFrame:
     """Mean and standard error over all (test domain, seed) folds, per method."""
     out = {}
     for method, group in rows.groupby("method", sort=False):
-        out[method] = {**{m: group[m].mean() for m in METRICS},
-                       **{f"{m}_se": standard_error(group[m]) for m in METRICS}, "n": len(group)}
+        stats = {m: summarize(group[m].to_numpy()) for m in METRICS}
+        out[method] = {**{m: s["mean"] for m, s in stats.items()},
+                       **{f"{m}_se": s["std"] / np.sqrt(s["n"]) for m, s in stats.items()}, "n": len(group)}
     return pd.DataFrame(out).T
 
 
 def per_domain_table(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
-    return rows.pivot_table(index="method", columns="angle", values=metric, aggfunc="mean", sort=False)
+    return rows.pivot_table(index="method", columns="test_env", values=metric, aggfunc="mean", sort=False)
 
 
 def pass_criteria(rows: pd.DataFrame, ev) -> dict:
@@ -77,6 +79,7 @@ def pass_criteria(rows: pd.DataFrame, ev) -> dict:
     paired = rows.pivot_table(index=["test_env", "seed"], columns="method", values=["ece", "acc"])
     return {
         "D1_ece_ratio_vs_erm": float(d.ece / erm.ece),
+        "D1_nll_gap_vs_erm": float(d.nll - erm.nll),
         "D1_pass": bool(d.ece <= ev.d1_ece_ratio * erm.ece and d.nll < erm.nll),
         "D2_acc_gap_vs_erm": float(d.acc - erm.acc),
         "D2_pass": bool(d.acc >= erm.acc - ev.d2_acc_margin),
@@ -90,23 +93,44 @@ def pass_criteria(rows: pd.DataFrame, ev) -> dict:
     }
 
 
+def premise_checks(diagnostics: list[dict], ev) -> dict:
+    """P1/P2 of CLAIMS.md from the teachers' source-domain diagnostics of every fold: unseen
+    accuracy >= ratio x seen-domain validation accuracy, and no more over-confidence unseen."""
+    folds = pd.DataFrame(diagnostics)
+    ratio, gap = folds["premise_acc_ratio"], folds["premise_overconf_gap"]
+    means = {name: float(folds[name].mean()) for name in folds.columns}
+    return {**{f"premise/{k}": v for k, v in means.items()},
+            "premise/acc_ratio_min_fold": float(ratio.min()),
+            "premise/overconf_gap_max_fold": float(gap.max()),
+            "P1_pass": bool(ratio.mean() >= ev.p1_acc_ratio),
+            "P2_pass": bool(gap.mean() <= ev.p2_overconf_gap)}
+
+
 def aggregate_stage(cfg, ctx) -> None:
     rows = pd.concat([read_table(p / ROWS).to_pandas() for p in ctx.inputs["evaluate"].values()],
                      ignore_index=True)
     write_table(ctx.out_dir / "all_rows.parquet", rows)
-    summary = summary_table(rows)
-    criteria = pass_criteria(rows, cfg.evaluation)
-    report = ["## Mean over test domains x seeds (standard error)", "",
-              _markdown(summary, METRICS), ""]
-    for metric in ("acc", "ece", "nll"):
-        report += [f"## {metric} per test domain (mean over seeds)", "",
-                   _pivot_markdown(per_domain_table(rows, metric)), ""]
+    diagnostics = {}
+    for key, folder in ctx.inputs["teacher_predict"].items():
+        benchmark = key.rsplit("-", 1)[0]
+        diagnostics.setdefault(benchmark, []).extend(read_json(folder / DIAGNOSTICS).values())
+    report, summaries, metrics = [], {}, {}
+    for benchmark, group in rows.groupby("benchmark", sort=False):
+        summary = summary_table(group)
+        checks = {**premise_checks(diagnostics[benchmark], cfg.evaluation),
+                  **pass_criteria(group, cfg.evaluation)}
+        summaries[benchmark] = {"methods": summary.to_dict(orient="index"), "criteria": checks}
+        metrics.update({f"{benchmark}/{k}": v for k, v in checks.items()})
+        metrics.update({f"{benchmark}/{m}/{k}": float(summary.loc[m, k]) for m in summary.index for k in METRICS})
+        report += [f"# {benchmark}", "", "## Mean over test domains x seeds (standard error)", "",
+                   _markdown(summary, METRICS), ""]
+        for metric in ("acc", "ece", "nll"):
+            report += [f"## {metric} per test domain (mean over seeds)", "",
+                       _pivot_markdown(per_domain_table(group, metric)), ""]
     (ctx.out_dir / "results.md").write_text("\n".join(report))
-    write_json_atomic(ctx.out_dir / "summary.json",
-                      {"methods": summary.to_dict(orient="index"), "criteria": criteria})
+    write_json_atomic(ctx.out_dir / "summary.json", summaries)
     ctx.log_artifact(ctx.out_dir / "results.md")
-    ctx.write_metrics({**criteria, **{f"{m}/{k}": float(summary.loc[m, k])
-                                      for m in summary.index for k in METRICS}})
+    ctx.write_metrics(metrics)
 
 
 def _markdown(summary: pd.DataFrame, names) -> str:
@@ -118,7 +142,7 @@ def _markdown(summary: pd.DataFrame, names) -> str:
 
 
 def _pivot_markdown(table: pd.DataFrame) -> str:
-    lines = ["| method | " + " | ".join(f"{c:g}°" for c in table.columns) + " |",
+    lines = ["| method | " + " | ".join(f"domain {c}" for c in table.columns) + " |",
              "|---" * (len(table.columns) + 1) + "|"]
     for method, row in table.iterrows():
         lines.append(f"| {method} | " + " | ".join(f"{v:.3f}" for v in row) + " |")

@@ -5,6 +5,12 @@ so L_S (which only sees softmax(z / T)) fixes the *mean* prediction, while the f
 is the Dirichlet precision alpha_0 = sum exp(z) that L_Dir sets from the teachers' spread.
 Both act on the same logits, but L_S dominates the argmax when beta is small.
 
+Scale: L_Dir follows the EnD^2 reference (Malinin et al. 2020): the teachers' probabilities and
+the student's concentration are both taken at the distillation temperature T (alpha = exp(z / T))
+and the loss is multiplied by T^2, like Hinton KD. At T = 1 with trained-scale logits (|z| ~ 10)
+alpha ~ e^10 and the Dirichlet gradient is hundreds of times the KD one, so even beta = 0.05 let
+L_Dir set the update direction; at T = 2 the two are within a few x of each other (unit test).
+
 Teacher weights ``w`` [B, M] are the per-sample unseen mask normalised to sum to one, so a
 masked-out teacher contributes exactly nothing.
 """
@@ -46,11 +52,12 @@ def smooth_probs(teacher_logits: torch.Tensor, floor: float) -> torch.Tensor:
 
 
 def dirichlet_nll(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
-                  weights: torch.Tensor, clip: float, floor: float) -> torch.Tensor:
-    """EnD^2: -sum_m w_m log Dir(pi_m | alpha(x)), averaged over the batch."""
-    alpha = dirichlet_alpha(student_logits, clip).unsqueeze(1)                   # [B, 1, C]
-    log_p = dirichlet_log_prob(smooth_probs(teacher_logits, floor), alpha)         # [B, M]
-    return -(weights * log_p).sum(dim=1).mean()
+                  weights: torch.Tensor, temperature: float, clip: float, floor: float) -> torch.Tensor:
+    """EnD^2: -T^2 sum_m w_m log Dir(pi_m^T | exp(z / T)), averaged over the batch."""
+    alpha = dirichlet_alpha(student_logits / temperature, clip).unsqueeze(1)     # [B, 1, C]
+    probs = smooth_probs(teacher_logits / temperature, floor)                       # [B, M, C]
+    log_p = dirichlet_log_prob(probs, alpha)                                        # [B, M]
+    return -temperature**2 * (weights * log_p).sum(dim=1).mean()
 
 
 def student_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, mask: torch.Tensor,
@@ -61,7 +68,8 @@ def student_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, mas
     if distill_weight:
         loss = loss + distill_weight * distill_loss(student_logits, teacher_logits, weights, temperature)
     if dirichlet_weight:
-        loss = loss + dirichlet_weight * dirichlet_nll(student_logits, teacher_logits, weights, clip, floor)
+        loss = loss + dirichlet_weight * dirichlet_nll(student_logits, teacher_logits, weights,
+                                                       temperature, clip, floor)
     if label_weight:
         loss = loss + label_weight * F.cross_entropy(student_logits, labels)
     return loss

@@ -22,7 +22,8 @@ from components.domed.data import Split, load_domains, source_split
 from components.domed.losses import student_loss
 from components.domed.models import make_model, predict_logits
 
-TEACHERS, ENSEMBLE, PREDICTIONS, STUDENT = "teachers.pt", "ensemble.pt", "predictions.pt", "student.pt"
+TEACHERS, ENSEMBLE, PREDICTIONS, STUDENTS = "teachers.pt", "ensemble.pt", "predictions.pt", "students.pt"
+DIAGNOSTICS = "teacher_diagnostics.json"
 
 
 def run_seed(seed: int, test_env: int, role: str) -> int:
@@ -30,8 +31,9 @@ def run_seed(seed: int, test_env: int, role: str) -> int:
     return zlib.crc32(f"{seed}/{test_env}/{role}".encode())
 
 
-def fold_key(test_env: int, seed: int) -> str:
-    return f"{test_env}-{seed}"
+def instance_key(benchmark: str, seed: int) -> str:
+    """Key of a (benchmark, seed) fan-out instance, as the runtime names it."""
+    return f"{benchmark}-{seed}"
 
 
 def batch_stream(n: int, batch_size: int, seed: int):
@@ -60,7 +62,7 @@ def train_model(cfg, train: Split, val: Split, loss_fn, steps: int, seed: int, c
 
     optimizer = make_optimizer(model.parameters(), name="adam", lr=cfg.optim.lr)
     fit(model, batch_stream(len(train.y), cfg.optim.batch_size, seed), loss_fn, steps=steps,
-        optimizer=optimizer, ctx=ctx, log_every=max(1, cfg.optim.eval_every // 2),
+        optimizer=optimizer, grad_clip=cfg.optim.grad_clip, ctx=ctx, log_every=cfg.optim.eval_every,
         eval_fn=select, eval_every=cfg.optim.eval_every, prefix=prefix)
     model.load_state_dict(best["state"])
     return model.eval(), best["acc"]
@@ -71,25 +73,31 @@ def cross_entropy_loss(split: Split):
     return lambda model, rows: F.cross_entropy(model(x[rows]), y[rows])
 
 
-def fold_item(ctx) -> tuple[int, int]:
-    """(test_env, seed) of this fan-out instance; also pins torch to the one CPU it was given."""
+def instance_item(ctx) -> tuple[str, int]:
+    """(benchmark, seed) of this fan-out instance; also pins torch to the one CPU it was given."""
     torch.set_num_threads(1)  # one Ray CPU per instance; more threads only oversubscribe
-    return int(ctx.item["test_env"]), int(ctx.item["seed"])
+    return str(ctx.item["benchmark"]), int(ctx.item["seed"])
 
 
 def train_teachers_stage(cfg, ctx) -> None:
-    test_env, seed = fold_item(ctx)
-    arrays = load_domains(ctx.inputs["build_domains"])
-    taus = read_json(ctx.inputs["allocate"] / ALLOCATION)[str(test_env)]["teachers"]
-    states, val_accs = [], []
-    for m, tau in enumerate(taus):
-        train, val = source_split(arrays, test_env, "in", tau), source_split(arrays, test_env, "out", tau)
-        model, acc = train_model(cfg, train, val, cross_entropy_loss(train), cfg.optim.teacher_steps,
-                                 run_seed(seed, test_env, f"teacher{m}"), ctx, prefix=f"teacher{m}")
-        states.append(model.state_dict())
-        val_accs.append(acc)
-    save_torch(ctx.out_dir / TEACHERS, {"teachers": taus, "states": states})
-    ctx.write_metrics({"teacher_val_acc_mean": float(np.mean(val_accs)), "n_teachers": len(taus)})
+    """One ERM teacher per source domain, for every test domain of this (benchmark, seed)."""
+    benchmark, seed = instance_item(ctx)
+    arrays = load_domains(ctx.inputs["build_domains"], benchmark)
+    allocation = read_json(ctx.inputs["allocate"] / ALLOCATION)
+    folds, val_accs = {}, []
+    for test_env in cfg.data.test_envs:
+        taus = allocation[str(test_env)]["teachers"]
+        states = []
+        for m, tau in enumerate(taus):
+            train, val = source_split(arrays, test_env, "in", tau), source_split(arrays, test_env, "out", tau)
+            model, acc = train_model(cfg, train, val, cross_entropy_loss(train), cfg.optim.teacher_steps,
+                                     run_seed(seed, test_env, f"{benchmark}/teacher{m}"), ctx,
+                                     prefix=f"env{test_env}/teacher{m}")
+            states.append(model.state_dict())
+            val_accs.append(acc)
+        folds[test_env] = {"teachers": taus, "states": states}
+    save_torch(ctx.out_dir / TEACHERS, folds)
+    ctx.write_metrics({"teacher_val_acc_mean": float(np.mean(val_accs)), "n_teachers": len(val_accs)})
 
 
 def fit_temperature(logits: np.ndarray, labels: np.ndarray, grid: tuple[float, float, int]) -> float:
@@ -103,23 +111,27 @@ def fit_temperature(logits: np.ndarray, labels: np.ndarray, grid: tuple[float, f
 
 
 def train_erm_stage(cfg, ctx) -> None:
-    """Deep ensemble of ERMs on all source domains; member 0 is the ERM baseline, and the
-    whole ensemble is also the teacher set of seen-domain KD."""
-    test_env, seed = fold_item(ctx)
-    arrays = load_domains(ctx.inputs["build_domains"])
-    train, val = source_split(arrays, test_env, "in"), source_split(arrays, test_env, "out")
-    states, val_accs = [], []
-    for k in range(cfg.baselines.n_ensemble):
-        model, acc = train_model(cfg, train, val, cross_entropy_loss(train), cfg.optim.steps,
-                                 run_seed(seed, test_env, f"erm{k}"), ctx, prefix=f"erm{k}")
-        states.append(model.state_dict())
-        val_accs.append(acc)
-        if k == 0:
-            temperature = fit_temperature(predict_logits(model, val.x).numpy(), val.y,
-                                          cfg.baselines.temperature_grid)
-    save_torch(ctx.out_dir / ENSEMBLE, {"states": states, "temperature": temperature})
-    ctx.write_metrics({"erm_val_acc": val_accs[0], "ensemble_val_acc_mean": float(np.mean(val_accs)),
-                       "erm_temperature": temperature})
+    """Deep ensemble of ERMs on all source domains, per test domain; member 0 is the ERM
+    baseline, and the whole ensemble is also the teacher set of seen-domain KD."""
+    benchmark, seed = instance_item(ctx)
+    arrays = load_domains(ctx.inputs["build_domains"], benchmark)
+    folds, erm_accs, temperatures = {}, [], []
+    for test_env in cfg.data.test_envs:
+        train, val = source_split(arrays, test_env, "in"), source_split(arrays, test_env, "out")
+        states = []
+        for k in range(cfg.baselines.n_ensemble):
+            model, acc = train_model(cfg, train, val, cross_entropy_loss(train), cfg.optim.steps,
+                                     run_seed(seed, test_env, f"{benchmark}/erm{k}"), ctx,
+                                     prefix=f"env{test_env}/erm{k}")
+            states.append(model.state_dict())
+            if k == 0:
+                erm_accs.append(acc)
+                temperature = fit_temperature(predict_logits(model, val.x).numpy(), val.y,
+                                              cfg.baselines.temperature_grid)
+                temperatures.append(temperature)
+        folds[test_env] = {"states": states, "temperature": temperature}
+    save_torch(ctx.out_dir / ENSEMBLE, folds)
+    ctx.write_metrics({"erm_val_acc": float(np.mean(erm_accs)), "erm_temperature": float(np.mean(temperatures))})
 
 
 def load_models(cfg, states: list[dict]) -> list[torch.nn.Module]:
@@ -132,61 +144,88 @@ def load_models(cfg, states: list[dict]) -> list[torch.nn.Module]:
 
 
 def teacher_predict_stage(cfg, ctx) -> None:
-    """Logits of every teacher on every source row, plus who may teach which row:
-    ``unseen`` (single-domain teachers, masked by domain) and ``seen`` (ERM ensemble, all)."""
-    test_env, seed = fold_item(ctx)
-    key = fold_key(test_env, seed)
-    arrays = load_domains(ctx.inputs["build_domains"])
-    rows = np.flatnonzero(arrays["domain"] != test_env)  # source rows only, in and out
-    x, domains = torch.as_tensor(arrays["x"][rows]), arrays["domain"][rows]
+    """Logits of every teacher on every source row (shortcut lit, as in training), plus who may
+    teach which row: ``unseen`` (single-domain teachers, masked by domain) and ``seen`` (ERM
+    ensemble, all). Also the premise diagnostics, on source rows only."""
+    benchmark, seed = instance_item(ctx)
+    key = instance_key(benchmark, seed)
+    arrays = load_domains(ctx.inputs["build_domains"], benchmark)
     teachers = load_torch(ctx.inputs["train_teachers"][key] / TEACHERS)
-    ensemble = load_torch(ctx.inputs["train_erm"][key] / ENSEMBLE)
+    ensembles = load_torch(ctx.inputs["train_erm"][key] / ENSEMBLE)
+    folds, diagnostics = {}, {}
+    for test_env in cfg.data.test_envs:
+        rows = source_split(arrays, test_env, None)  # source rows only, in and out
+        x = torch.as_tensor(rows.x)
 
-    def stack(states):
-        return torch.stack([predict_logits(m, x) for m in load_models(cfg, states)], dim=1)
+        def stack(states):
+            return torch.stack([predict_logits(m, x) for m in load_models(cfg, states)], dim=1)
 
-    unseen_logits, seen_logits = stack(teachers["states"]), stack(ensemble["states"])
-    mask = torch.as_tensor(unseen_mask(domains, teachers["teachers"]))
-    save_torch(ctx.out_dir / PREDICTIONS, {
-        "rows": torch.as_tensor(rows), "domain": torch.as_tensor(domains),
-        "unseen": {"logits": unseen_logits, "mask": mask, "teachers": teachers["teachers"]},
-        "seen": {"logits": seen_logits, "mask": torch.ones(seen_logits.shape[:2], dtype=torch.bool)},
-    })
-    ctx.write_metrics(teacher_diagnostics(unseen_logits, mask, torch.as_tensor(arrays["y"][rows])))
+        unseen_logits, seen_logits = stack(teachers[test_env]["states"]), stack(ensembles[test_env]["states"])
+        mask = torch.as_tensor(unseen_mask(rows.domain, teachers[test_env]["teachers"]))
+        folds[test_env] = {
+            "rows": torch.as_tensor(rows.index), "domain": torch.as_tensor(rows.domain),
+            "unseen": {"logits": unseen_logits, "mask": mask, "teachers": teachers[test_env]["teachers"]},
+            "seen": {"logits": seen_logits, "mask": torch.ones(seen_logits.shape[:2], dtype=torch.bool)},
+        }
+        is_val = torch.as_tensor(arrays["split"][rows.index] == "out")
+        diagnostics[test_env] = teacher_diagnostics(unseen_logits, mask, torch.as_tensor(rows.y), is_val)
+    save_torch(ctx.out_dir / PREDICTIONS, folds)
+    write_json_atomic(ctx.out_dir / DIAGNOSTICS, {str(e): d for e, d in diagnostics.items()})
+    ctx.write_metrics({name: float(np.mean([d[name] for d in diagnostics.values()]))
+                       for name in next(iter(diagnostics.values()))})
 
 
-def teacher_diagnostics(logits: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor) -> dict:
-    """Why unseen targets calibrate: teachers are over-confident on their own domain and
-    less so elsewhere. Also pairwise disagreement (ensemble diversity)."""
+def teacher_diagnostics(logits: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor,
+                        is_val: torch.Tensor) -> dict:
+    """The premise quantities, pooled over one fold's teachers: accuracy, confidence and
+    over-confidence (confidence - accuracy) on the teacher's own domain's validation rows
+    (``seen_val``; also its training rows, ``seen_train``) and on the rows of source domains it
+    never saw (``unseen``). Plus pairwise disagreement (ensemble diversity)."""
     probs = torch.softmax(logits, dim=-1)
     conf, pred = probs.max(-1)
     correct = (pred == labels[:, None]).float()
-    seen = ~mask
+    groups = {"seen_val": ~mask & is_val[:, None], "seen_train": ~mask & ~is_val[:, None], "unseen": mask}
+    out = {}
+    for name, rows in groups.items():
+        acc, confidence = float(correct[rows].mean()), float(conf[rows].mean())
+        out.update({f"teacher_acc_{name}": acc, f"teacher_conf_{name}": confidence,
+                    f"teacher_overconf_{name}": confidence - acc})
+    out["premise_acc_ratio"] = out["teacher_acc_unseen"] / out["teacher_acc_seen_val"]
+    out["premise_overconf_gap"] = out["teacher_overconf_unseen"] - out["teacher_overconf_seen_val"]
     m = logits.shape[1]
     disagree = [float((pred[:, i] != pred[:, j]).float().mean()) for i in range(m) for j in range(i + 1, m)]
-    return {
-        "teacher_acc_seen": float(correct[seen].mean()), "teacher_conf_seen": float(conf[seen].mean()),
-        "teacher_acc_unseen": float(correct[mask].mean()), "teacher_conf_unseen": float(conf[mask].mean()),
-        "teacher_disagreement": float(np.mean(disagree)) if disagree else 0.0,
-    }
+    out["teacher_disagreement"] = float(np.mean(disagree)) if disagree else 0.0
+    return out
 
 
-def student_data(predictions: dict, arrays: dict, test_env: int, teachers: str, split: str):
+def student_data(fold: dict, arrays: dict, test_env: int, teachers: str, split: str):
     """The rows of ``split`` with their teacher logits and mask, aligned by row id."""
     part = source_split(arrays, test_env, split)
-    position = {int(r): i for i, r in enumerate(predictions["rows"].tolist())}
+    position = {int(r): i for i, r in enumerate(fold["rows"].tolist())}
     take = torch.as_tensor([position[int(r)] for r in part.index])
-    chosen = predictions[teachers]
+    chosen = fold[teachers]
     return part, chosen["logits"][take], chosen["mask"][take]
 
 
 def train_student_stage(cfg, ctx) -> None:
-    test_env, seed = fold_item(ctx)
-    variant = ctx.item["variant"]
+    """Every distilled variant, for every test domain of this (benchmark, seed)."""
+    benchmark, seed = instance_item(ctx)
+    arrays = load_domains(ctx.inputs["build_domains"], benchmark)
+    predictions = load_torch(ctx.inputs["teacher_predict"][instance_key(benchmark, seed)] / PREDICTIONS)
+    states, val_accs = {}, {}
+    for variant in cfg.student.variants:
+        states[variant] = {}
+        for test_env in cfg.data.test_envs:
+            model, acc = train_student(cfg, arrays, predictions[test_env], test_env, variant, seed, benchmark, ctx)
+            states[variant][test_env] = model.state_dict()
+            val_accs.setdefault(variant, []).append(acc)
+    save_torch(ctx.out_dir / STUDENTS, states)
+    ctx.write_metrics({f"{v}/val_acc": float(np.mean(a)) for v, a in val_accs.items()})
+
+
+def train_student(cfg, arrays, fold, test_env, variant, seed, benchmark, ctx):
     spec, student = cfg.student.specs[variant], cfg.student
-    arrays = load_domains(ctx.inputs["build_domains"])
-    predictions = load_torch(ctx.inputs["teacher_predict"][fold_key(test_env, seed)] / PREDICTIONS)
-    train, teacher_logits, mask = student_data(predictions, arrays, test_env, spec.teachers, "in")
+    train, teacher_logits, mask = student_data(fold, arrays, test_env, spec.teachers, "in")
     val = source_split(arrays, test_env, "out")
     x, y = torch.as_tensor(train.x), torch.as_tensor(train.y)
 
@@ -196,8 +235,6 @@ def train_student_stage(cfg, ctx) -> None:
                             label_weight=spec.label_weight, temperature=student.temperature,
                             clip=student.logit_clip, floor=student.prob_floor)
 
-    model, acc = train_model(cfg, train, val, loss_fn, cfg.optim.steps,
-                             run_seed(seed, test_env, f"student/{variant}"), ctx, prefix="student")
-    save_torch(ctx.out_dir / STUDENT, model.state_dict())
-    write_json_atomic(ctx.out_dir / "spec.json", spec.model_dump())
-    ctx.write_metrics({"val_acc": acc})
+    return train_model(cfg, train, val, loss_fn, cfg.optim.steps,
+                       run_seed(seed, test_env, f"{benchmark}/student/{variant}"), ctx,
+                       prefix=f"env{test_env}/{variant}")

@@ -1,8 +1,10 @@
-"""Run the domed stages in order with LocalContext (no runtime): used by the smoke test
-when the runtime is not available, and by hand for timing."""
+"""Run the domed stages in order with LocalContext (no runtime): for timing and for the
+calibration of CLAIMS.md (``--premise-only`` stops after the teachers' source-domain
+diagnostics, so no test-domain number is ever computed)."""
 from __future__ import annotations
 
-import itertools
+import argparse
+import json
 import time
 from pathlib import Path
 
@@ -11,15 +13,17 @@ from components.domed import allocation, data, evaluate, train
 from components.domed.config import DomedConfig
 
 
-def run_chain(cfg: DomedConfig, root: Path, log=print, aggregate: bool = True) -> dict:
+def run_chain(cfg: DomedConfig, root: Path, log=print, premise_only: bool = False) -> dict:
     root = Path(root)
-    folds = [(e, s) for s, e in itertools.product(cfg.seeds, cfg.data.test_envs)]  # seed-major
-    key = lambda *values: "-".join(str(v) for v in values)  # noqa: E731
-    timings, out = {}, {}
+    instances = [{"benchmark": b, "seed": s} for b in cfg.data.benchmarks for s in cfg.seeds]
+    keys = [train.instance_key(i["benchmark"], i["seed"]) for i in instances]
+    timings = {}
 
-    def run(stage, func, inputs, item=None, name=None):
-        name = name or stage
-        ctx = LocalContext(out_dir=root / name, inputs=inputs, item=item or {})
+    def fan(stage):
+        return {k: root / f"{stage}@{k}" for k in keys}
+
+    def run(stage, func, inputs, item=None, key=None):
+        ctx = LocalContext(out_dir=root / (f"{stage}@{key}" if key else stage), inputs=inputs, item=item or {})
         t0 = time.time()
         func(cfg, ctx)
         timings[stage] = timings.get(stage, 0.0) + time.time() - t0
@@ -28,40 +32,36 @@ def run_chain(cfg: DomedConfig, root: Path, log=print, aggregate: bool = True) -
     run("build_domains", data.build_domains_stage, {})
     run("allocate", allocation.allocate_stage, {})
     base = {"build_domains": root / "build_domains", "allocate": root / "allocate"}
-    fan = lambda stage, keys: {k: root / f"{stage}@{k}" for k in keys}  # noqa: E731
-    fold_keys = [key(e, s) for e, s in folds]
-    for e, s in folds:
-        item = {"test_env": e, "seed": s}
-        run("train_teachers", train.train_teachers_stage, base, item, f"train_teachers@{key(e, s)}")
-        run("train_erm", train.train_erm_stage, base, item, f"train_erm@{key(e, s)}")
-        run("teacher_predict", train.teacher_predict_stage,
-            {**base, "train_teachers": fan("train_teachers", fold_keys), "train_erm": fan("train_erm", fold_keys)},
-            item, f"teacher_predict@{key(e, s)}")
-        for v in cfg.student.variants:
-            run("train_student", train.train_student_stage,
-                {**base, "teacher_predict": fan("teacher_predict", fold_keys)},
-                {**item, "variant": v}, f"train_student@{key(v, e, s)}")
-        student_keys = [key(v, e, s) for v in cfg.student.variants]
-        out[key(e, s)] = run("evaluate", evaluate.evaluate_stage,
-                             {**base, "train_erm": fan("train_erm", fold_keys),
-                              "train_student": fan("train_student", student_keys)},
-                             item, f"evaluate@{key(e, s)}").summary
-        log(f"fold {key(e, s)} done; stage seconds so far {timings}")
-    if not aggregate:
-        return {"aggregate": {}, "folds": out, "timings": timings}
-    agg = run("aggregate", evaluate.aggregate_stage, {"evaluate": fan("evaluate", fold_keys)})
-    return {"aggregate": agg.summary, "folds": out, "timings": timings}
+    summaries = {}
+    for item, key in zip(instances, keys):
+        run("train_teachers", train.train_teachers_stage, base, item, key)
+        run("train_erm", train.train_erm_stage, base, item, key)
+        summaries[key] = run("teacher_predict", train.teacher_predict_stage,
+                             {**base, "train_teachers": fan("train_teachers"), "train_erm": fan("train_erm")},
+                             item, key).summary
+        if not premise_only:
+            run("train_student", train.train_student_stage, {**base, "teacher_predict": fan("teacher_predict")},
+                item, key)
+            run("evaluate", evaluate.evaluate_stage,
+                {**base, "train_erm": fan("train_erm"), "train_student": fan("train_student")}, item, key)
+        log(f"{key} done; stage seconds so far {timings}")
+    if premise_only:
+        return {"teacher_predict": summaries, "timings": timings}
+    agg = run("aggregate", evaluate.aggregate_stage,
+              {"evaluate": fan("evaluate"), "teacher_predict": fan("teacher_predict")})
+    return {"aggregate": agg.summary, "timings": timings}
 
 
 if __name__ == "__main__":
-    import json
-    import sys
-
-    # python -m tests.domed.chain PROFILE ROOT [TEST_ENV ...]  (a subset of folds skips aggregate)
-    profile, root, envs = sys.argv[1], Path(sys.argv[2]), [int(e) for e in sys.argv[3:]]
+    # python -m tests.domed.chain PROFILE ROOT [--premise-only] [--set JSON]
+    parser = argparse.ArgumentParser()
+    parser.add_argument("profile")
+    parser.add_argument("root", type=Path)
+    parser.add_argument("--premise-only", action="store_true")
+    parser.add_argument("--set", default="{}", help="JSON overrides of the profile")
+    args = parser.parse_args()
     t0 = time.time()
-    cfg = DomedConfig.for_profile(profile, {"data": {"test_envs": envs}} if envs else None)
-    result = run_chain(cfg, root, aggregate=not envs)
+    cfg = DomedConfig.for_profile(args.profile, json.loads(args.set))
+    result = run_chain(cfg, args.root, premise_only=args.premise_only)
     result["wall_s"] = time.time() - t0
-    print(json.dumps(result["aggregate"], indent=1))
-    print("wall", result["wall_s"], result["timings"])
+    print(json.dumps(result, indent=1, default=str))
