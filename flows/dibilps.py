@@ -38,7 +38,8 @@ METHOD = Method(
               resources=Resources(num_cpus=1),
               description="Baseline: unconditional pixel-space (u, a) diffusion, same schedule"),
         Stage("infer", f"{M}.infer:infer_stage",
-              params=("data", "guidance", "diffusion", "evaluate", "seeds"),
+              params=("data", "guidance", "diffusion", "evaluate", "seeds", "vae", "cond_encoder",
+                      "masks"),
               deps=("generate_pde_data", "make_masks", "train_vae", "train_cond_encoder",
                     "encode_latents", "train_latent_diffusion", "train_pixel_diffusion"),
               fan_out=PER_PDE, resources=Resources(num_cpus=1),
@@ -50,7 +51,7 @@ METHOD = Method(
         Stage("evaluate", f"{M}.evaluate:evaluate_stage", params=("data",),
               deps=("generate_pde_data", "make_masks", "infer", "baselines"),
               description="Rel-L2 / error rate, PDE residual, wall time, 2x SR error"),
-        Stage("report", f"{M}.report:report_stage", deps=("evaluate", "infer"),
+        Stage("report", f"{M}.report:report_stage", deps=("evaluate", "infer", "baselines"),
               description="Pass criteria of CLAIMS.md, table, plots"),
     ),
 )

@@ -21,9 +21,12 @@ class Data(Section):
     res: int = 32                  # grid nodes per side, boundary nodes included
     sr_factor: int = 2             # test_hr is solved on a (sr_factor * (res-1) + 1)... see data.py
     n_train: int = 800
-    n_val: int = 12                # guidance weights are calibrated here, never on test
-    n_test: int = 32
-    grf_alpha: float = 2.0         # spectral filter (pi^2 |k|^2 + tau^2)^(-alpha/2)  [notes]
+    n_val: int = 24                # guidance weights and premises are measured here, never on test
+    n_test: int = 24
+    # spectral decay, calibrated on val (CLAIMS.md): 2.0 (the notes) is so smooth that thin-plate
+    # interpolation from 3 % of nodes already recovers the inputs; 1.5 is the smoothest value
+    # tried where it does not (val error >= 0.15 on both PDEs)
+    grf_alpha: float = 1.5         # spectral filter (pi^2 |k|^2 + tau^2)^(-alpha/2)
     grf_tau: float = 3.0
     grf_modes: int = 16            # cosine modes per axis: the field is defined off-grid too
     helmholtz_k: float = 1.0       # k^2 far from the first Dirichlet eigenvalue 2 pi^2
@@ -41,7 +44,7 @@ class VAE(Section):
     feature_channels: int = 32     # feature map the continuous decoder samples bilinearly
     fourier_freqs: int = 4         # coordinate features sin/cos(pi f x), f = 1..F
     kl_weight: float = 1.0e-6      # [code]
-    steps: int = 600
+    steps: int = 400
     batch_size: int = 16
     lr: float = 2.0e-3
     seed: int = 0
@@ -66,8 +69,11 @@ class Diffusion(Section):
     beta_end: float = 0.012
     latent_channels: int = 32       # latent UNet: 32 / 64 channels at 8^2 / 4^2, cross-attention
     pixel_channels: int = 16        # pixel UNet: 16 / 32 / 32 channels at 32^2 / 16^2 / 8^2
-    latent_steps: int = 1000
-    pixel_steps: int = 1000         # the same optimiser steps and batch for both models
+    latent_steps: int = 1200
+    # about the same training wall time as the latent denoiser (a pixel step costs ~2x a latent step)
+    pixel_steps: int = 500
+    cond_dropout: float = 0.1       # rows trained with the null token: the unconditional prior
+    finetune_encoder: bool = True   # the diffusion loss also trains the point-set towers
     batch_size: int = 16
     lr: float = 1.5e-3
     seed: int = 0
@@ -78,10 +84,11 @@ class Guidance(Section):
     (never on test): zeta_obs from its grid with zeta_pde = 0 (the no_pde optimum), then
     zeta_pde from its grid at that zeta_obs (the full variant). The paper's Darcy-forward
     defaults are zeta_obs = 20, zeta_pde = 1 at 128^2 [code]."""
-    steps: int = 25                              # DDIM steps (200 in the paper)
+    steps: int = 20                              # DDIM steps (200 in the paper)
     early_exit_frac: float = 0.9                 # [code]
-    zeta_obs_grid: list[float] = [0.5, 2.0, 8.0, 32.0]
-    zeta_pde_grid: list[float] = [0.1, 1.0, 10.0]
+    # wide geometric grids so that the validation optimum can be interior (checked: premise P4)
+    zeta_obs_grid: list[float] = [0.5, 2.0, 8.0, 32.0, 128.0]
+    zeta_pde_grid: list[float] = [0.1, 1.0, 10.0, 100.0]
     double_obs_step: bool = False                # the official pipeline subtracts the obs step twice
     variants: list[str] = ["full", "no_pde", "no_obs", "no_guidance", "no_early_exit"]
     batch_size: int = 32
@@ -89,7 +96,7 @@ class Guidance(Section):
 
 class Baselines(Section):
     regressor_width: int = 16
-    regressor_steps: int = 500
+    regressor_steps: int = 200
     regressor_batch_size: int = 16
     regressor_lr: float = 2.0e-3
     rbf_kernel: str = "thin_plate_spline"
@@ -99,6 +106,9 @@ class Baselines(Section):
 class Evaluate(Section):
     timing_batch: int = 16
     timing_repeats: int = 3
+    cost_res: int = 64             # MACs per guided step compared at 64^2 fields -> 8^2 latents
+    cost_down: int = 3
+    cost_steps: int = 3            # steps per timed trajectory at cost_res
 
 
 class Paper(Section):
@@ -109,7 +119,7 @@ class Paper(Section):
 
 
 class DibilpsConfig(MethodConfig):
-    seeds: list[int] = [0, 1]               # sampling seeds of every diffusion sampler
+    seeds: list[int] = [0, 1, 2]            # sampling seeds of every diffusion sampler
     data: Data = Data()
     masks: Masks = Masks()
     vae: VAE = VAE()

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from components.common.io import load_torch, write_json_atomic
+from components.dibilps.cost import compare_cost
 from components.dibilps.data import hr_res, load_masks, load_normaliser, load_split
 from components.dibilps.diffusion import Guidance, Trajectory, guided_sample
 from components.dibilps.models import LatentDenoiser, UNet
@@ -85,7 +86,8 @@ def load_models(cfg, ctx, pde: str) -> Models:
         for p in m.parameters():
             p.requires_grad_(False)
     u, _ = load_split(data_dir, "test")
-    return Models(pde, load_normaliser(data_dir), vae, load_encoder(ctx.inputs["train_cond_encoder"][pde]),
+    # the towers fine-tuned with the denoiser, not the contrastive stage's
+    return Models(pde, load_normaliser(data_dir), vae, load_encoder(ctx.inputs["train_latent_diffusion"][pde]),
                   latent, pixel, float(blob["scale"]), cfg.data.helmholtz_k, schedule_from(cfg),
                   int(u.shape[-1]))
 
@@ -107,15 +109,18 @@ def loss_fns(m: Models, fields_true: torch.Tensor, idx: torch.Tensor, direction:
 
 
 def run_latent(m: Models, fields_true, idx, direction: str, guidance: Guidance, n_steps: int,
-               seed: int, hr: int | None = None) -> tuple[torch.Tensor, Trajectory, torch.Tensor | None]:
-    """Sample the joint latent given the observations; returns normalised fields (B, 2, n, n)."""
+               seed: int, hr: int | None = None, conditional: bool = True,
+               ) -> tuple[torch.Tensor, Trajectory, torch.Tensor | None]:
+    """Sample the joint latent given the observations; returns normalised fields (B, 2, n, n).
+    ``conditional=False`` samples the same network's unconditional prior (null token)."""
     b = fields_true.shape[0]
     dir_t = torch.full((b,), DIRECTIONS[direction])
     with torch.no_grad():
-        cond = m.latent.condition(observation_tokens(m.encoder, fields_true, idx, dir_t), dir_t)
-    c, s = m.vae.enc[-1].out_channels // 2, m.n // 4 + (1 if m.n % 4 else 0)
+        obs = observation_tokens(m.encoder, fields_true, idx, dir_t) if conditional else None
+        cond = m.latent.condition(obs, dir_t, n_points=idx.shape[1])
+    s = m.vae.latent_size(m.n)
     g = torch.Generator().manual_seed(seed)
-    z_T = torch.randn(b, c, s, s, generator=g)
+    z_T = torch.randn(b, m.vae.latent_channels, s, s, generator=g)
     obs_loss, pde_loss = loss_fns(m, fields_true, idx, direction)
     decode = lambda z0: m.vae.decode(z0 / m.scale, m.n)  # noqa: E731
     traj = guided_sample(lambda z, t: m.latent(z, t, cond), decode, obs_loss, pde_loss,
@@ -150,16 +155,24 @@ def batched(n_items: int, batch: int):
 
 
 # ----------------------------------------------------------------------------- calibration
+CALIBRATION_SEED = 10_000      # sampling seed of every validation run; never a test seed
+
+
+def is_interior(grid: list[float], chosen: float) -> bool:
+    """The chosen weight is neither end of its grid: the optimum is bracketed."""
+    return len(grid) >= 3 and min(grid) < chosen < max(grid)
+
+
 def calibrate(m: Models, sampler: str, fields_val, idx_val, true_val: np.ndarray, direction: str,
               gcfg) -> dict:
     """zeta_obs on its grid with zeta_pde = 0, then zeta_pde on its grid at the chosen zeta_obs;
-    criterion: the primary validation error. Seed 10_000 is not a test seed."""
+    criterion: the primary validation error."""
     def score(zo: float, zp: float) -> float:
         g = Guidance(zo, zp, gcfg.early_exit_frac, gcfg.double_obs_step)
         if sampler == "latent":
-            fields, _, _ = run_latent(m, fields_val, idx_val, direction, g, gcfg.steps, 10_000)
+            fields, _, _ = run_latent(m, fields_val, idx_val, direction, g, gcfg.steps, CALIBRATION_SEED)
         else:
-            fields, _ = run_pixel(m, fields_val, idx_val, direction, g, gcfg.steps, 10_000)
+            fields, _ = run_pixel(m, fields_val, idx_val, direction, g, gcfg.steps, CALIBRATION_SEED)
         err = float(primary_error(m.pde, direction, physical(m, fields), true_val).mean())
         return err if np.isfinite(err) else float("inf")
 
@@ -168,8 +181,22 @@ def calibrate(m: Models, sampler: str, fields_val, idx_val, true_val: np.ndarray
     pde_scores = {zp: score(zeta_obs, zp) for zp in gcfg.zeta_pde_grid}
     zeta_pde = min(pde_scores, key=pde_scores.get)
     return {"zeta_obs": zeta_obs, "zeta_pde": zeta_pde,
+            "zeta_obs_interior": is_interior(gcfg.zeta_obs_grid, zeta_obs),
+            "zeta_pde_interior": is_interior(gcfg.zeta_pde_grid, zeta_pde),
             "val_obs_scores": {str(k): v for k, v in obs_scores.items()},
             "val_pde_scores": {str(k): v for k, v in pde_scores.items()}}
+
+
+def prior_premise(m: Models, fields_val, idx_val, true_val: np.ndarray, direction: str, gcfg) -> dict:
+    """Validation errors of the unguided samplers against predicting zero (normalised units,
+    i.e. the training scale's centre): the conditional prior must use its condition."""
+    g = Guidance(0.0, 0.0, gcfg.early_exit_frac, gcfg.double_obs_step)
+    err = lambda f: float(primary_error(m.pde, direction, physical(m, f), true_val).mean())  # noqa: E731
+    cond, _, _ = run_latent(m, fields_val, idx_val, direction, g, gcfg.steps, CALIBRATION_SEED)
+    uncond, _, _ = run_latent(m, fields_val, idx_val, direction, g, gcfg.steps, CALIBRATION_SEED,
+                              conditional=False)
+    return {"conditional": err(cond), "unconditional": err(uncond),
+            "zero": err(torch.zeros_like(fields_val))}
 
 
 def variant_guidance(variant: str, chosen: dict, gcfg) -> Guidance:
@@ -197,6 +224,8 @@ def infer_stage(cfg, ctx) -> None:
                                                          true["val"], direction, gcfg)
             ctx.progress(len(chosen), 4, f"calibrated {sampler} {direction}")
     write_json_atomic(ctx.out_dir / "guidance.json", chosen)
+    premise = {d: prior_premise(m, fields["val"], idx["val"], true["val"], d, gcfg) for d in DIRECTIONS}
+    write_json_atomic(ctx.out_dir / "premise.json", premise)
 
     preds: dict[str, np.ndarray] = {}
     runs: list[dict] = []
@@ -234,12 +263,17 @@ def infer_stage(cfg, ctx) -> None:
     with open(ctx.out_dir / "preds.npz", "wb") as fh:
         np.savez(fh, **{k: v.astype(np.float32) for k, v in preds.items()})
     timing = benchmark(m, fields["test"], idx["test"], chosen, cfg)
+    e = cfg.evaluate
+    timing["cost"] = compare_cost(cfg, m.schedule, e.cost_res, e.cost_down, e.timing_batch,
+                                  e.cost_steps, e.timing_repeats)
     write_json_atomic(ctx.out_dir / "runs.json", runs)
     write_json_atomic(ctx.out_dir / "timing.json", timing)
     ctx.write_metrics({"n_runs": len(runs), **{f"zeta_{k}": [v["zeta_obs"], v["zeta_pde"]]
                                                for k, v in chosen.items()},
+                       **{f"premise_{d}_{k}": v for d, p in premise.items() for k, v in p.items()},
                        "latent_sec_per_sample": timing["latent_sec_per_sample"],
-                       "pixel_sec_per_sample": timing["pixel_sec_per_sample"]})
+                       "pixel_sec_per_sample": timing["pixel_sec_per_sample"],
+                       **{f"cost_{k}": v for k, v in timing["cost"].items()}})
 
 
 def benchmark(m: Models, fields_test, idx_test, chosen: dict, cfg) -> dict:

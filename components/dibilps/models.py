@@ -51,34 +51,44 @@ class FieldVAE(nn.Module):
     coordinates), so the output resolution is free ("GINO-lite")."""
 
     def __init__(self, latent_channels: int = 4, width: int = 32, feature_channels: int = 32,
-                 fourier_freqs: int = 4, res: int = 32):
+                 fourier_freqs: int = 4, res: int = 32, down: int = 2):
         super().__init__()
-        w = width
-        self.res, self.fourier_freqs = res, fourier_freqs
-        # widths w, 2w, 4w at n, n/2, n/4: one conv pair at full resolution keeps CPU cost low
-        self.enc = nn.Sequential(
-            nn.Conv2d(2, w, 3, padding=1), nn.SiLU(),
-            nn.Conv2d(w, 2 * w, 3, stride=2, padding=1), ResBlock(2 * w, 2 * w),
-            nn.Conv2d(2 * w, 4 * w, 3, stride=2, padding=1), ResBlock(4 * w, 4 * w),
-            _norm(4 * w), nn.SiLU(), nn.Conv2d(4 * w, 2 * latent_channels, 3, padding=1))
-        self.dec = nn.Sequential(
-            nn.Conv2d(latent_channels, 4 * w, 3, padding=1), ResBlock(4 * w, 4 * w),
-            nn.Upsample(scale_factor=2, mode="nearest"), nn.Conv2d(4 * w, 2 * w, 3, padding=1),
-            ResBlock(2 * w, 2 * w), nn.Upsample(scale_factor=2, mode="nearest"),
-            nn.Conv2d(2 * w, feature_channels, 3, padding=1))
+        self.res, self.fourier_freqs, self.down = res, fourier_freqs, down
+        # widths w, 2w, 4w, 4w... at n, n/2, n/4, ...: one conv at full resolution keeps CPU cost low
+        widths = [width * min(2 ** i, 4) for i in range(down + 1)]
+        enc: list[nn.Module] = [nn.Conv2d(2, widths[0], 3, padding=1), nn.SiLU()]
+        for i in range(down):
+            enc += [nn.Conv2d(widths[i], widths[i + 1], 3, stride=2, padding=1),
+                    ResBlock(widths[i + 1], widths[i + 1])]
+        enc += [_norm(widths[-1]), nn.SiLU(), nn.Conv2d(widths[-1], 2 * latent_channels, 3, padding=1)]
+        self.enc = nn.Sequential(*enc)
+        dec: list[nn.Module] = [nn.Conv2d(latent_channels, widths[-1], 3, padding=1),
+                                ResBlock(widths[-1], widths[-1])]
+        for i in reversed(range(1, down)):
+            dec += [nn.Upsample(scale_factor=2, mode="nearest"),
+                    nn.Conv2d(widths[i + 1], widths[i], 3, padding=1), ResBlock(widths[i], widths[i])]
+        dec += [nn.Upsample(scale_factor=2, mode="nearest"),
+                nn.Conv2d(widths[1], feature_channels, 3, padding=1)]
+        self.dec = nn.Sequential(*dec)
         d_in = feature_channels + 2 + 4 * fourier_freqs
         self.head = nn.Sequential(nn.Linear(d_in, 64), nn.SiLU(), nn.Linear(64, 64), nn.SiLU(),
                                   nn.Linear(64, 2))
+        self.latent_channels = latent_channels
+
+    def latent_size(self, n: int) -> int:
+        """Side of the latent of an n x n field (fields are padded to a multiple of 2^down)."""
+        f = 2 ** self.down
+        return (n + (-n) % f) // f
 
     def encode(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """x (B, 2, n, n) -> mean, logvar (B, C, n/4, n/4). ``n`` must be divisible by 4 after
-        the first-node padding used here: fields are padded from n to the next multiple of 4."""
+        """x (B, 2, n, n) -> mean, logvar (B, C, n/2^down, n/2^down); fields are padded
+        (replicate) from n to the next multiple of 2^down first."""
         x = self._pad(x)
         mean, logvar = self.enc(x).chunk(2, dim=1)
         return mean, logvar.clamp(-20, 10)
 
     def _pad(self, x):
-        pad = (-x.shape[-1]) % 4
+        pad = (-x.shape[-1]) % (2 ** self.down)
         return F.pad(x, (0, pad, 0, pad), mode="replicate") if pad else x
 
     def features(self, z: torch.Tensor) -> torch.Tensor:
@@ -184,7 +194,8 @@ class CrossAttention(nn.Module):
 
 class UNet(nn.Module):
     """ε-prediction conv UNet with ``levels`` downsamplings; with ``d_cond`` every block also
-    cross-attends to condition tokens (observation tokens + the direction token)."""
+    cross-attends to condition tokens (observation tokens + the direction token), and the mean
+    token is added to the timestep embedding (SD-XL-style pooled conditioning)."""
 
     def __init__(self, in_ch: int, ch: int = 48, levels: int = 2, d_cond: int = 0):
         super().__init__()
@@ -206,12 +217,15 @@ class UNet(nn.Module):
             self.attn_up.append(CrossAttention(widths[i], d_cond) if d_cond else nn.Identity())
         self.out = nn.Sequential(_norm(ch), nn.SiLU(), nn.Conv2d(ch, in_ch, 3, padding=1))
         self.d_cond = d_cond
+        self.pooled = nn.Linear(d_cond, emb) if d_cond else None
 
     def _attn(self, block, h, cond):
         return block(h, cond) if self.d_cond else h
 
     def forward(self, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor | None = None):
         emb = self.t_mlp(timestep_embedding(t, self.ch))
+        if self.pooled is not None:
+            emb = emb + self.pooled(cond.mean(dim=1))
         h = self.inp(x)
         skips = []
         for block, attn, down in zip(self.down, self.attn_down, self.downsample):
@@ -227,15 +241,26 @@ class UNet(nn.Module):
 
 
 class LatentDenoiser(nn.Module):
-    """The UNet plus the direction token: +1 forward (condition = sparse a), -1 inverse."""
+    """The UNet plus the direction token: +1 forward (condition = sparse a), -1 inverse.
+    A learned null token stands in for the observation tokens when the condition is dropped
+    (training with ``cond_dropout``), which gives the unconditional prior of the same network."""
 
-    def __init__(self, latent_channels: int, ch: int, d_cond: int):
+    def __init__(self, latent_channels: int, ch: int, d_cond: int, levels: int = 1):
         super().__init__()
-        self.unet = UNet(latent_channels, ch, levels=1, d_cond=d_cond)
+        self.unet = UNet(latent_channels, ch, levels=levels, d_cond=d_cond)
         self.direction = nn.Linear(1, d_cond)
+        self.null = nn.Parameter(torch.zeros(1, 1, d_cond))
 
-    def condition(self, obs_tokens: torch.Tensor, direction: torch.Tensor) -> torch.Tensor:
+    def condition(self, obs_tokens: torch.Tensor | None, direction: torch.Tensor,
+                  drop: torch.Tensor | None = None, n_points: int = 1) -> torch.Tensor:
+        """Tokens the UNet attends to. ``obs_tokens=None`` is the unconditional prior (``n_points``
+        null tokens, as many as observations, so attention and pooling see what a dropped row
+        saw in training); ``drop`` (B,) bool replaces the observation tokens of those rows."""
         tok = self.direction(direction.float().view(-1, 1, 1))
+        if obs_tokens is None:
+            return torch.cat([self.null.expand(len(direction), n_points, -1), tok], dim=1)
+        if drop is not None:
+            obs_tokens = torch.where(drop.view(-1, 1, 1), self.null.expand_as(obs_tokens), obs_tokens)
         return torch.cat([obs_tokens, tok], dim=1)
 
     def forward(self, z, t, cond):

@@ -62,6 +62,15 @@ def _tail_mean(records, key: str) -> float:
     return float(np.mean([r[key] for r in records[-5:]]))
 
 
+def convergence(records, key: str) -> dict:
+    """Mean logged loss over the last and the second-to-last fifth of training: a plateau
+    (ratio near 1) says the budget trained the model out, a falling loss says it did not."""
+    losses = np.array([r[key] for r in records])
+    k = max(1, len(losses) // 5)
+    last, prev = float(losses[-k:].mean()), float(losses[-2 * k:-k].mean()) if len(losses) >= 2 * k else float("nan")
+    return {"loss_last_fifth": last, "loss_prev_fifth": prev, "loss_plateau_ratio": last / prev}
+
+
 def save_model(path: Path, model: torch.nn.Module, args: dict, **extra) -> None:
     save_torch(path, {"state_dict": model.state_dict(), "args": args, **extra})
 
@@ -92,6 +101,7 @@ def train_vae_stage(cfg, ctx) -> None:
     rel = ((rec - val).flatten(2).norm(dim=2) / val.flatten(2).norm(dim=2)).mean(dim=0)
     save_model(ctx.out_dir / "vae.pt", vae, args)
     ctx.write_metrics({"final_loss": _tail_mean(records, "vae/loss"), "n_params": n_params(vae),
+                       **convergence(records, "vae/loss"),
                        "val_rel_l2_u": float(rel[0]), "val_rel_l2_a": float(rel[1])})
 
 
@@ -162,6 +172,20 @@ def schedule_from(cfg) -> VPSchedule:
     return VPSchedule(d.train_timesteps, d.beta_start, d.beta_end)
 
 
+class ConditionedDenoiser(torch.nn.Module):
+    """The latent denoiser and the point-set towers trained together: the towers start from the
+    contrastive encoder and are fine-tuned by the diffusion loss (``finetune_encoder``), so the
+    observation tokens carry what the denoiser needs, not only what aligns u with a."""
+
+    def __init__(self, net: LatentDenoiser, encoder: CondEncoder):
+        super().__init__()
+        self.net, self.encoder = net, encoder
+
+    def cond(self, fields, idx, direction, drop=None):
+        return self.net.condition(observation_tokens(self.encoder, fields, idx, direction),
+                                  direction, drop)
+
+
 def train_latent_diffusion_stage(cfg, ctx) -> None:
     d, pde = cfg.diffusion, ctx.item["pde"]
     seed_everything(d.seed)
@@ -170,25 +194,29 @@ def train_latent_diffusion_stage(cfg, ctx) -> None:
     x = normalised_fields(ctx.inputs["generate_pde_data"][pde], "train")
     encoder = load_encoder(ctx.inputs["train_cond_encoder"][pde])
     for p in encoder.parameters():
-        p.requires_grad_(False)
+        p.requires_grad_(d.finetune_encoder)
     from components.dibilps.data import n_observed
     n, k = x.shape[-1], n_observed(x.shape[-1], cfg.masks.obs_fraction)
     args = {"latent_channels": int(z.shape[1]), "ch": d.latent_channels, "d_cond": encoder.d_model}
-    net = LatentDenoiser(**args)
+    model = ConditionedDenoiser(LatentDenoiser(**args), encoder)
     sched = schedule_from(cfg)
 
-    def loss_fn(model, idx):
+    def loss_fn(m, idx):
         direction = torch.where(torch.rand(len(idx)) < 0.5, 1.0, -1.0)   # forward / inverse 50:50
-        with torch.no_grad():
-            obs = observation_tokens(encoder, x[idx], random_point_index(len(idx), n, k), direction)
-        cond = model.condition(obs, direction)
-        return sched.loss(model, z[idx], cond)
+        drop = torch.rand(len(idx)) < d.cond_dropout                     # unconditional rows
+        with torch.set_grad_enabled(d.finetune_encoder):
+            cond = m.cond(x[idx], random_point_index(len(idx), n, k), direction, drop)
+        return sched.loss(m.net, z[idx], cond)
 
-    records = fit(net, random_batches(len(z), d.batch_size), loss_fn, steps=d.latent_steps, lr=d.lr,
-                  warmup=min(100, d.latent_steps // 10), ctx=ctx, log_every=25, prefix="latent_diffusion")
-    save_model(ctx.out_dir / "latent_unet.pt", net, args)
+    records = fit(model, random_batches(len(z), d.batch_size), loss_fn, steps=d.latent_steps,
+                  lr=d.lr, warmup=min(100, d.latent_steps // 10), ctx=ctx, log_every=25,
+                  prefix="latent_diffusion")
+    save_model(ctx.out_dir / "latent_unet.pt", model.net, args)
+    save_model(ctx.out_dir / "encoder.pt", model.encoder, load_torch(
+        ctx.inputs["train_cond_encoder"][pde] / "encoder.pt")["args"])
     ctx.write_metrics({"final_loss": _tail_mean(records, "latent_diffusion/loss"),
-                       "n_params": n_params(net)})
+                       "first_loss": float(records[0]["latent_diffusion/loss"]),
+                       **convergence(records, "latent_diffusion/loss"), "n_params": n_params(model.net)})
 
 
 def train_pixel_diffusion_stage(cfg, ctx) -> None:
@@ -207,4 +235,4 @@ def train_pixel_diffusion_stage(cfg, ctx) -> None:
                   warmup=min(100, d.pixel_steps // 10), ctx=ctx, log_every=25, prefix="pixel_diffusion")
     save_model(ctx.out_dir / "pixel_unet.pt", net, args)
     ctx.write_metrics({"final_loss": _tail_mean(records, "pixel_diffusion/loss"),
-                       "n_params": n_params(net)})
+                       **convergence(records, "pixel_diffusion/loss"), "n_params": n_params(net)})

@@ -199,3 +199,60 @@ def test_scoring_pastes_only_the_observed_field_and_darcy_uses_error_rate():
     assert darcy_error_rate(pasted[:, 1], true[:, 1])[0] == pytest.approx(15 / 16)
     assert primary_error("darcy", "inverse", pasted, true)[0] == pytest.approx(15 / 16)
     assert primary_error("poisson", "forward", true, true)[0] == 0.0
+
+
+# ----------------------------------------------------------------------------- v2: cost, prior, premise
+def test_vae_reaches_a_real_compression_ratio_and_keeps_the_decoder_resolution_free():
+    from components.dibilps.models import FieldVAE as VAE
+    vae = VAE(latent_channels=4, width=4, feature_channels=4, res=64, down=3).eval()
+    with torch.no_grad():
+        mean, _ = vae.encode(torch.randn(1, 2, 64, 64))
+    assert mean.shape == (1, 4, 8, 8) and vae.latent_size(64) == 8
+    assert FieldVAE(res=32).latent_size(32) == 8 and FieldVAE(res=30).latent_size(30) == 8
+    with torch.no_grad():
+        assert vae.decode(mean, 64).shape == (1, 2, 64, 64)
+
+
+def test_guided_step_macs_match_the_closed_form_of_a_linear_denoiser():
+    """eps = W z (P -> P per channel-free vector); the PDE gradient crosses the denoiser once
+    backwards: one guided step = forward + input-gradient = 2 P^2 MACs per sample."""
+    from components.dibilps.cost import GuidedSampler, macs_per_guided_step
+    p, b = 12, 3
+    lin = torch.nn.Linear(p, p, bias=False).requires_grad_(False)
+    idx = torch.zeros(b, 2, dtype=torch.long)
+    sampler = GuidedSampler(lambda z, t: lin(z), lambda z0: z0.view(b, 1, 3, 4),
+                            lambda f: f.flatten(1).gather(1, idx).norm(dim=1),
+                            lambda f: (f ** 2).flatten(1).sum(dim=1), torch.randn(b, p))
+    assert macs_per_guided_step(sampler, VPSchedule()) == 2 * p * p
+
+
+def test_null_token_gives_the_unconditional_prior_and_dropout_uses_it():
+    from components.dibilps.models import LatentDenoiser
+    torch.manual_seed(0)
+    net = LatentDenoiser(latent_channels=2, ch=8, d_cond=8).eval()
+    with torch.no_grad():
+        net.null.normal_()
+    obs = torch.randn(2, 5, 8)
+    direction = torch.tensor([1.0, -1.0])
+    dropped = net.condition(obs, direction, drop=torch.tensor([True, False]))
+    uncond = net.condition(None, direction, n_points=5)
+    z, t = torch.randn(2, 2, 4, 4), torch.tensor([10, 10])
+    with torch.no_grad():
+        torch.testing.assert_close(net(z, t, dropped)[0], net(z, t, uncond)[0], atol=1e-5, rtol=1e-5)
+        assert not torch.allclose(net(z, t, dropped)[1], net(z, t, uncond)[1])
+
+
+def test_interior_optimum_needs_a_bracketing_grid():
+    from components.dibilps.infer import is_interior
+    assert is_interior([1.0, 4.0, 16.0], 4.0)
+    assert not is_interior([1.0, 4.0, 16.0], 16.0) and not is_interior([1.0, 4.0, 16.0], 1.0)
+    assert not is_interior([1.0, 4.0], 4.0)
+
+
+def test_thin_plate_premise_is_zero_with_every_node_observed_and_large_with_few():
+    from components.dibilps.baselines import tps_input_error
+    rng = np.random.default_rng(0)
+    a = make_inputs("poisson", grf_coefficients(rng, 3, 16, 1.5, 3.0), 16)
+    assert tps_input_error("poisson", a, np.ones((3, 16, 16), dtype=bool), "thin_plate_spline") < 1e-6
+    few = random_masks(np.random.default_rng(1), 3, 16, 0.03)
+    assert tps_input_error("poisson", a, few, "thin_plate_spline") > 0.3

@@ -34,9 +34,21 @@ def test_dibilps_smoke_end_to_end(tmp_path):
     assert {"interp_solve", "interp_diff", "regressor", "pixel_diffusion"} <= set(table.method)
     assert latent.error.map(math.isfinite).all() and latent.residual.map(math.isfinite).all()
 
+    premise = read_json(result.out("dibilps", "infer", "poisson") / "premise.json")
+    assert set(premise) == {"forward", "inverse"}
+    assert all(set(v) == {"conditional", "unconditional", "zero"} for v in premise.values())
+    assert premise["forward"]["zero"] == 1.0          # rel-L2 of predicting zero
+
+    infer = result.metrics("dibilps", "infer", "poisson")
+    assert infer["cost_latent_side"] == 8 and infer["cost_res"] == 64
+    assert infer["cost_latent_macs_per_step"] > 0 and infer["cost_pixel_macs_per_step"] > 0
+
     report = result.metrics("dibilps", "report")
     for c in ("c1", "c2", "c3", "c4"):
         assert report[f"{c}_pass"] in (0.0, 1.0)
+    for p in ("p1_worst_prior_vs_zero", "p2_worst_prior_vs_unconditional",
+              "p3_min_tps_input_error", "p4_zeta_obs_interior_share", "c2_worst_ratio"):
+        assert math.isfinite(report[p]), p
     assert (result.out("dibilps", "report") / "errors.png").exists()
 
     again = run_in_temp_project("dibilps", tmp_path / "project", profile="smoke")
