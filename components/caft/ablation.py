@@ -33,7 +33,9 @@ def project_out(h: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 
 def _output_hook(q: torch.Tensor):
     def hook(_module, _inputs, output):
-        return project_out(output, q)
+        if isinstance(output, tuple):  # decoder layers of some transformers versions
+            return (project_out(output[0], q.to(output[0])), *output[1:])
+        return project_out(output, q.to(output))
 
     return hook
 
@@ -72,3 +74,31 @@ def ablation_hooks(model: UpperClassifier, bases: dict[int, torch.Tensor]) -> It
 
 def has_hooks(model: UpperClassifier) -> bool:
     return any(b._forward_hooks or b._forward_pre_hooks for b in model.blocks)
+
+
+def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
+    """The decoder blocks of a transformers causal LM (also under a peft wrapper)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return base.get_decoder().layers
+
+
+@contextmanager
+def decoder_ablation_hooks(model: torch.nn.Module, bases: dict[int, torch.Tensor]) -> Iterator[list]:
+    """The paper-profile form of ``ablation_hooks``: project span(Q) out of the residual stream
+    after decoder layer ``l`` of a transformers LM (the stream Gemma Scope's resid-post SAEs
+    read), at every position; removed on exit."""
+    layers = decoder_layers(model)
+    handles = []
+    try:
+        for layer, q in bases.items():
+            if not 0 <= layer < len(layers):
+                raise ValueError(f"layer {layer} is not a decoder layer (the model has {len(layers)})")
+            handles.append(layers[layer].register_forward_hook(_output_hook(q)))
+        yield handles
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def decoder_has_hooks(model: torch.nn.Module) -> bool:
+    return any(layer._forward_hooks for layer in decoder_layers(model))

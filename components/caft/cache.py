@@ -17,6 +17,10 @@ from components.common.io import load_torch, read_table, save_torch
 
 
 def cache_lower_stage(cfg, ctx) -> None:
+    if cfg.paper.enabled:  # no frozen trunk to cache: the SFT rows, length-checked once
+        from components.caft.paper import prepare_paper_inputs
+
+        return prepare_paper_inputs(cfg, ctx)
     data_dir = Path(ctx.inputs["build_data"])
     cache, base = {}, load_minilm()
     for i, split in enumerate(SPLITS):

@@ -1,7 +1,6 @@
 """Params of the caft reproduction. Defaults are the ``small`` profile (MiniLM, CPU)."""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import ClassVar
 
 from pydantic import field_validator
@@ -62,11 +61,40 @@ class Caft(Section):
 
 
 class Paper(Section):
-    """The paper-scale setup (Gemma-2-2B MCMC / Qwen-32B emergent misalignment) needs weights
-    and data from local paths; nothing is downloaded."""
+    """The paper-scale setup: a transformers causal LM, LoRA via peft, SAE decoder directions,
+    all from local paths (nothing is downloaded). ``task`` picks the paper's setting:
+    ``mcmc`` (gemma-2-2b on a double multiple-choice task with a spurious cue; accuracy by
+    option log-likelihood) or ``em`` (emergent misalignment: Qwen2.5-Coder-32B-Instruct on the
+    insecure-code data; an LLM judge scores answers to general questions). Layouts: CLAIMS.md."""
     enabled: bool = False
-    model_path: str = ""
+    task: str = "em"
+    model_path: str = ""                     # save_pretrained folder with its tokenizer
     data_root: str = ""
+    sae_files: dict[int, str] = {}           # hooked decoder layer -> SAE file (sae.py)
+    latents: dict[int, list[int]] = {}       # hooked decoder layer -> the interpreted latents
+    device: str = "auto"
+    lora_rank: int = 32
+    lora_alpha: float = 362.04               # 64 * sqrt(32): rsLoRA's scale alpha/sqrt(r) in peft's alpha/r
+    lora_targets: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    grad_accum: int = 8
+    max_length: int = 2048
+    max_train: int = 0                       # 0: every training example
+    max_eval: int = 0                        # 0: every evaluation prompt (each non-train split)
+    # em only: generation and the judge (an OpenAI-compatible endpoint; key from the env var)
+    n_code_eval: int = 100                   # insecure-code prompts held out of training (ID check)
+    samples_per_question: int = 50
+    max_new_tokens: int = 600
+    temperature: float = 1.0
+    judge_base_url: str = ""
+    judge_model: str = "gpt-4.1"
+    judge_api_key_env: str = "OPENAI_API_KEY"
+
+    @field_validator("task")
+    @classmethod
+    def _known_task(cls, value: str) -> str:
+        if value not in ("mcmc", "em"):
+            raise ValueError("paper.task must be mcmc (gemma-2-2b MC) or em (emergent misalignment)")
+        return value
 
 
 class CaftConfig(MethodConfig):
@@ -86,20 +114,16 @@ class CaftConfig(MethodConfig):
         "caft": {"k_percents": [50, 100]},
     }
     PAPER: ClassVar[dict] = {
-        "seeds": [0, 1, 2, 3, 4],
+        # the emergent-misalignment LoRA recipe (the authors' train_qwen.json): lr 1e-5, linear
+        # decay after 5 warmup steps, 1 epoch, batch 2 x 8 accumulation, weight decay 0.01
+        "seeds": [0, 1, 2],
+        "train": {"epochs": 1, "batch_size": 2, "lr": 1e-5, "weight_decay": 0.01, "warmup": 5},
+        "caft": {"k_percents": [100]},
         "paper": {"enabled": True},
     }
 
     def preflight(self) -> None:
-        if not self.paper.enabled:
-            return
-        for key in ("model_path", "data_root"):
-            value = getattr(self.paper, key)
-            if not value or not Path(value).exists():
-                raise FileNotFoundError(
-                    f"caft paper profile: paper.{key}={value!r} does not exist. Set it to a local "
-                    f"copy (model_path: gemma-2-2b or Qwen2.5-Coder-32B-Instruct weights; data_root: "
-                    f"the MCMC / insecure-code data), e.g. --set paper.{key}=/path")
-        raise NotImplementedError(
-            "caft paper profile: the LLM pipeline (LoRA fine-tuning, SAE directions, LLM judge) is "
-            "not implemented in this CPU repo; only smoke/small run here.")
+        if self.paper.enabled:
+            from components.caft.paper import preflight_paper
+
+            preflight_paper(self)

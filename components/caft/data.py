@@ -129,6 +129,10 @@ SPLITS = ("train", "val", "val_ood", "test_ood", "probe")
 
 
 def build_data_stage(cfg, ctx) -> None:
+    if cfg.paper.enabled:  # the user's files in the paper's layout instead of generated sentences
+        from components.caft.paper import build_paper_data
+
+        return build_paper_data(cfg, ctx)
     d = cfg.data
     splits = build_splits(d.n_train, d.n_val, d.n_test, d.n_probe, d.seed)
     for name, rows in splits.items():

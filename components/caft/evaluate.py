@@ -11,6 +11,12 @@ from components.common.io import read_json, write_json_atomic, write_table
 from components.common.metrics import paired_difference, summarize
 
 METRICS = ("id_acc", "ood_intended_acc", "ood_spurious_rate", "val_ood_intended_acc")
+# the emergent-misalignment task of the paper profile (paper.py, evaluate_em)
+EM_METRICS = ("misaligned_rate", "coherent_rate", "mean_aligned", "insecure_code_rate")
+
+
+def task_metrics(cfg) -> tuple[str, ...]:
+    return EM_METRICS if cfg.paper.enabled and cfg.paper.task == "em" else METRICS
 
 
 def point_name(variant: str, percent: int) -> str:
@@ -32,7 +38,22 @@ def headline(baseline: list[dict], at_k_star: dict[str, list[dict]]) -> dict[str
             "id_gap_at_kstar": abs(_mean(at_k_star["caft"], "id_acc") - _mean(baseline, "id_acc"))}
 
 
+def em_headline(baseline: list[dict], at_k_star: dict[str, list[dict]]) -> dict[str, float]:
+    """The paper's EM numbers: how many times fewer misaligned answers than standard fine-tuning
+    (the abstract's "10x"), for CAFT and for random directions, and the change in the
+    insecure-code rate (the behaviour that should be kept)."""
+    base = _mean(baseline, "misaligned_rate")
+    caft, rand = (_mean(at_k_star[v], "misaligned_rate") for v in ("caft", "random"))
+    ratio = lambda x: base / x if x > 0 else float("nan")  # noqa: E731  (no misaligned answer left: undefined)
+    return {"caft_misalignment_reduction_at_kstar": ratio(caft),
+            "random_misalignment_reduction_at_kstar": ratio(rand),
+            "caft_minus_random_misaligned_at_kstar": caft - rand,
+            "insecure_code_gap_at_kstar": abs(_mean(at_k_star["caft"], "insecure_code_rate")
+                                              - _mean(baseline, "insecure_code_rate"))}
+
+
 def evaluate_stage(cfg, ctx) -> None:
+    metric_names = task_metrics(cfg)
     baseline = [read_json(Path(ctx.inputs["pretune"][str(s)]) / "eval.json") for s in cfg.seeds]
     points = {(v, p): [read_json(Path(ctx.inputs["caft_train"][f"{v}-{p}-{s}"]) / "eval.json")
                        for s in cfg.seeds]
@@ -40,18 +61,21 @@ def evaluate_stage(cfg, ctx) -> None:
     rows = [{"variant": "standard_ft", "percent": 0, "k": 0, **r} for r in baseline]
     rows += [r for runs in points.values() for r in runs]
     write_table(ctx.out_dir / "per_seed.parquet",
-                {key: [r.get(key) for r in rows] for key in ("variant", "percent", "seed", "k", *METRICS)})
-    summary = {"standard_ft": {m: summarize([r[m] for r in baseline]) for m in METRICS}}
-    flat = {f"standard_ft/{m}": summary["standard_ft"][m]["mean"] for m in METRICS}
+                {key: [r.get(key) for r in rows] for key in ("variant", "percent", "seed", "k", *metric_names)})
+    summary = {"standard_ft": {m: summarize([r[m] for r in baseline]) for m in metric_names}}
+    flat = {f"standard_ft/{m}": summary["standard_ft"][m]["mean"] for m in metric_names}
     for (variant, percent), runs in points.items():
         name = point_name(variant, percent)
-        summary[name] = {m: summarize([r[m] for r in runs]) for m in METRICS}
-        summary[name]["ood_gain_vs_standard"] = paired_difference(
-            [r["ood_intended_acc"] for r in runs], [r["ood_intended_acc"] for r in baseline])
+        summary[name] = {m: summarize([r[m] for r in runs]) for m in metric_names}
+        primary, gain = (("misaligned_rate", "misaligned_change_vs_standard") if metric_names is EM_METRICS
+                         else ("ood_intended_acc", "ood_gain_vs_standard"))
+        summary[name][gain] = paired_difference(
+            [r[primary] for r in runs], [r[primary] for r in baseline])
         summary[name]["k"] = [r["k"] for r in runs]
-        flat.update({f"{name}/{m}": summary[name][m]["mean"] for m in METRICS})
+        flat.update({f"{name}/{m}": summary[name][m]["mean"] for m in metric_names})
         flat[f"{name}/k"] = runs[0]["k"]
     k_star = max(cfg.caft.k_percents)
-    numbers = headline(baseline, {v: points[(v, k_star)] for v in ("caft", "random")})
+    at_k_star = {v: points[(v, k_star)] for v in ("caft", "random")}
+    numbers = (em_headline if metric_names is EM_METRICS else headline)(baseline, at_k_star)
     write_json_atomic(ctx.out_dir / "summary.json", {"summary": summary, "headline": numbers})
     ctx.write_metrics({**flat, **numbers})

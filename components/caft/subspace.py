@@ -107,6 +107,14 @@ def subspace_metrics(records: dict[int, dict]) -> dict[str, float]:
 
 
 def concept_subspace_stage(cfg, ctx) -> None:
+    if cfg.paper.enabled:  # the interpreted SAE latents' decoder rows (sae.py)
+        from components.caft.paper import paper_subspace
+
+        directions, metrics = paper_subspace(cfg)
+        save_torch(ctx.out_dir / "subspace.pt", directions)
+        write_json_atomic(ctx.out_dir / "records.json", {str(l): {"latents": ids, "file": cfg.paper.sae_files[l]}
+                                                         for l, ids in cfg.paper.latents.items()})
+        return ctx.write_metrics(metrics)
     probe = load_cache(ctx.inputs["cache_lower"])["probe"]  # only the probe split is read
     model = build_upper(cfg.model.frozen_layers, seed=0)    # the base model; the head is unused
     records = choose_subspaces(model, probe, list(cfg.subspace.layers), cfg.subspace)

@@ -86,9 +86,20 @@ def _finish(ctx, model: UpperClassifier, metrics: dict) -> None:
     ctx.write_metrics(metrics)
 
 
+def _finish_paper(ctx, ids: dict, cfg, bases: dict[int, torch.Tensor], seed: int) -> None:
+    """The paper profile's run: LoRA SFT (hooks on for CAFT), then the hook-free evaluation."""
+    from components.caft.paper import train_and_evaluate
+
+    metrics = {**ids, **train_and_evaluate(cfg, ctx, ctx.inputs["cache_lower"], bases, seed)}
+    write_json_atomic(ctx.out_dir / "eval.json", metrics)
+    ctx.write_metrics(metrics)
+
+
 def pretune_stage(cfg, ctx) -> None:
     """Standard fine-tuning, no hooks: the baseline, and the model the directions come from."""
     seed = ctx.item["seed"]
+    if cfg.paper.enabled:
+        return _finish_paper(ctx, {"seed": seed}, cfg, {}, seed)
     cache = load_cache(ctx.inputs["cache_lower"])
     model = finetune(cache["train"], cfg.train, cfg.model.frozen_layers, seed, {}, ctx)
     _finish(ctx, model, {"seed": seed, **evaluate(model, cache)})
@@ -121,10 +132,13 @@ def variant_directions(variant: str, subspace: dict[int, torch.Tensor], percent:
 
 def caft_train_stage(cfg, ctx) -> None:
     variant, percent, seed = ctx.item["variant"], ctx.item["percent"], ctx.item["seed"]
-    cache = load_cache(ctx.inputs["cache_lower"])
     subspace = load_torch(Path(ctx.inputs["concept_subspace"]) / "subspace.pt")
     dirs = variant_directions(variant, subspace, percent, seed)
     bases = {layer: orthonormal_basis(v) for layer, v in dirs.items()}
+    if cfg.paper.enabled:
+        k = sum(b.shape[1] for b in bases.values())
+        return _finish_paper(ctx, {"seed": seed, "variant": variant, "percent": percent, "k": k}, cfg, bases, seed)
+    cache = load_cache(ctx.inputs["cache_lower"])
     model = finetune(cache["train"], cfg.train, cfg.model.frozen_layers, seed, bases, ctx)
     k = sum(b.shape[1] for b in bases.values())
     _finish(ctx, model, {"seed": seed, "variant": variant, "percent": percent, "k": k,
