@@ -231,6 +231,8 @@ def build_marginal_stage(cfg, ctx) -> None:
     (CDR3s by the oracle's own CDR3-CDR3 term, peptides by P4-P8 coherence): the marginal
     data carry the residue-compatibility rule, never a TCR-epitope pair."""
     torch.set_num_threads(1)
+    if cfg.paper.source == "tables":
+        return build_marginal_tables(cfg, ctx)
     d = cfg.data
     rng = np.random.default_rng(d.seed)
     oracle = oracle_of(d)
@@ -341,8 +343,20 @@ def supervised_val_auroc(pairs: dict, split: np.ndarray, pool: list[str], epitop
     return auroc(clf.decision_function(x[va]), pairs["label"][va])
 
 
+def write_pairs(out_dir, pairs: dict, split: np.ndarray, pool: dict, epitopes: list[str]) -> None:
+    """``paired.parquet`` (one row per pair, sequences resolved) and the TCR ``pool.parquet``."""
+    write_table(out_dir / "paired.parquet", {
+        "epitope": [epitopes[e] for e in pairs["epitope_id"]], "epitope_id": pairs["epitope_id"],
+        "cdr3": [pool["cdr3"][t] for t in pairs["tcr_id"]], "tcr_id": pairs["tcr_id"],
+        "v": [pool["v"][t] for t in pairs["tcr_id"]], "j": [pool["j"][t] for t in pairs["tcr_id"]],
+        "label": pairs["label"], "kind": pairs["kind"], "split": split})
+    write_table(out_dir / "pool.parquet", pool)
+
+
 def build_paired_stage(cfg, ctx) -> None:
     torch.set_num_threads(1)
+    if cfg.paper.source == "tables":
+        return build_paired_tables(cfg, ctx)
     from components.common.io import read_table
 
     d = cfg.data
@@ -371,12 +385,7 @@ def build_paired_stage(cfg, ctx) -> None:
     calibration = {s: supervised_val_auroc(*dataset(s), pool["cdr3"], epitopes) for s in d.noise_grid}
     sigma = min(calibration, key=lambda s: abs(calibration[s] - d.target_supervised_auroc))
     pairs, split = dataset(sigma)
-    write_table(ctx.out_dir / "paired.parquet", {
-        "epitope": [epitopes[e] for e in pairs["epitope_id"]], "epitope_id": pairs["epitope_id"],
-        "cdr3": [pool["cdr3"][t] for t in pairs["tcr_id"]], "tcr_id": pairs["tcr_id"],
-        "v": [pool["v"][t] for t in pairs["tcr_id"]], "j": [pool["j"][t] for t in pairs["tcr_id"]],
-        "label": pairs["label"], "kind": pairs["kind"], "split": split})
-    write_table(ctx.out_dir / "pool.parquet", pool)
+    write_pairs(ctx.out_dir, pairs, split, pool, epitopes)
     threshold = np.quantile(e_pool, d.binder_quantile, axis=1)                  # noise-free binder cut
     save_torch(ctx.out_dir / "oracle.pt", {**oracle, "epitopes": epitopes, "pool_energy": e_pool,
                                            "binder_threshold": threshold})
@@ -387,3 +396,35 @@ def build_paired_stage(cfg, ctx) -> None:
                        "n_pairs": int(len(split)), "n_positive": int(pairs["label"].sum()),
                        **order_premise(epitopes, oracle),
                        **{f"n_{s}": n for s, n in counts.items()}})
+
+
+# ---------------------------------------------------------------- paper profile: published tables
+def build_marginal_tables(cfg, ctx) -> None:
+    """The marginal corpus from repertoire and ligand tables; the rest of the repertoire is kept
+    as background negatives for ``build_paired``."""
+    from components.decodertcr.tables import marginal_from_tables
+
+    tcrs, peptides, background = marginal_from_tables(cfg.paper, cfg.data, np.random.default_rng(cfg.data.seed))
+    write_table(ctx.out_dir / "marginal_tcr.parquet", tcrs)
+    write_table(ctx.out_dir / "marginal_pep.parquet", {"peptide": peptides})
+    write_table(ctx.out_dir / "background_tcr.parquet", background)
+    ctx.write_metrics({"n_tcr": len(tcrs["cdr3"]), "n_pep": len(peptides),
+                       "n_background_tcr": len(background["cdr3"]),
+                       "mean_cdr3_len": float(np.mean([len(c) for c in tcrs["cdr3"]]))})
+
+
+def build_paired_tables(cfg, ctx) -> None:
+    """VDJdb positives with swapped and background negatives, split as in the synthetic world
+    (epitope-held-out, TCR-held-out, validation TCRs, random pairs). No oracle exists here."""
+    from components.common.io import read_table
+    from components.decodertcr.tables import pairs_from_tables
+
+    d = cfg.data
+    rng = np.random.default_rng(d.seed + 2)
+    background = read_table(ctx.inputs["build_marginal"] / "background_tcr.parquet").to_pydict()
+    pairs, pool, epitopes = pairs_from_tables(cfg.paper, d, background, rng)
+    split = assign_splits(pairs, len(epitopes), d, rng)
+    write_pairs(ctx.out_dir, pairs, split, pool, epitopes)
+    counts = {s: int((split == s).sum()) for s in np.unique(split)}
+    ctx.write_metrics({"n_pairs": int(len(split)), "n_positive": int(pairs["label"].sum()),
+                       "n_epitopes": len(epitopes), **{f"n_{s}": n for s, n in counts.items()}})

@@ -1,5 +1,6 @@
-"""A small bidirectional transformer encoder for masked-LM over TCR-pMHC complexes, and the
-masked-peptide pseudo-log-likelihood used as a zero-shot binding score.
+"""A small bidirectional transformer encoder for masked-LM over TCR-pMHC complexes (synthetic
+world), an ESM-2 checkpoint behind the same interface (paper profile), and the masked-peptide
+pseudo-log-likelihood used as a zero-shot binding score.
 
 (The shared ``components.common.transformer`` is causal; an MLM needs full attention, so the
 encoder here is built from torch's ``TransformerEncoderLayer``.)
@@ -33,6 +34,56 @@ class MaskedLM(nn.Module):
 
 
 N_AA = VOCAB_SIZE - N_SPECIAL
+
+# ESM-2's published vocabulary (fair-esm Alphabet / transformers EsmTokenizer vocab.txt order)
+ESM2_VOCAB = ("<cls>", "<pad>", "<eos>", "<unk>", "L", "A", "G", "V", "S", "E", "R", "T", "I", "D",
+              "P", "K", "Q", "N", "F", "Y", "M", "H", "W", "C", "X", "B", "U", "Z", "O", ".", "-",
+              "<null_1>", "<mask>")
+
+
+def esm_vocab(folder) -> list[str]:
+    """The checkpoint's own ``vocab.txt`` when it has one, else ESM-2's published order."""
+    from pathlib import Path
+
+    path = Path(folder).expanduser() / "vocab.txt"
+    return path.read_text().split() if path.is_file() else list(ESM2_VOCAB)
+
+
+def esm_id_map(vocab: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(our token id -> ESM id, our 20 amino acids -> ESM ids). The chain separator becomes
+    ``<eos>`` (ESM has no separator token; DecoderTCR's separator is optional)."""
+    from components.decodertcr.corpus import AA
+    from components.decodertcr.tokens import CLS, EOS, MASK, SEP
+
+    index = {tok: i for i, tok in enumerate(vocab)}
+    specials = {PAD: "<pad>", CLS: "<cls>", SEP: "<eos>", EOS: "<eos>", MASK: "<mask>"}
+    ours = [index[specials[i]] for i in range(N_SPECIAL)] + [index[a] for a in AA]
+    return torch.tensor(ours), torch.tensor([index[a] for a in AA])
+
+
+class EsmMaskedLM(nn.Module):
+    """A transformers ``EsmForMaskedLM`` checkpoint behind this module's interface: token ids of
+    ``tokens.py`` in, (B, T, 20) amino-acid logits out (fp32, on the input's device). Weights
+    stay fp32 (the optimiser's master copy); on CUDA the forward runs under bf16 autocast.
+    ESM-2 rescales embeddings by the observed mask ratio (token dropout); that is the model's
+    own behaviour and is kept."""
+
+    def __init__(self, folder: str, device: str = "cpu"):
+        super().__init__()
+        from components.common.hf_models import load_model
+
+        self.esm = load_model(folder, "masked_lm", device=device, dtype="float32")
+        to_esm, aa_ids = esm_id_map(esm_vocab(folder))
+        self.register_buffer("to_esm", to_esm, persistent=False)
+        self.register_buffer("aa_ids", aa_ids, persistent=False)
+        self.to(next(self.esm.parameters()).device)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        device = self.to_esm.device
+        ids = self.to_esm[tokens.to(device)]
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda"):
+            logits = self.esm(input_ids=ids, attention_mask=(tokens != PAD).long().to(device)).logits
+        return logits[..., self.aa_ids].float().to(tokens.device)
 
 
 def mlm_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:

@@ -34,8 +34,17 @@ def encode(peptide: str, cdr3: str, max_len: int = MAX_LEN) -> tuple[list[int], 
     return tokens + [PAD] * pad, region + [REGION_SPECIAL] * pad
 
 
-def encode_many(peptides: list[str], cdr3s: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-    pairs = [encode(p, c) for p, c in zip(peptides, cdr3s)]
+def sequence_width(cfg) -> int:
+    """Padded complex length: the synthetic layout's fixed width, or, for published tables,
+    room for the longest kept peptide and CDR3 (an absent peptide takes ``PEP_LEN`` pads)."""
+    if cfg.paper.source != "tables":
+        return MAX_LEN
+    return 1 + max(cfg.paper.max_peptide_len, PEP_LEN) + 1 + cfg.data.cdr3_max_len + 1
+
+
+def encode_many(peptides: list[str], cdr3s: list[str], max_len: int = MAX_LEN
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    pairs = [encode(p, c, max_len) for p, c in zip(peptides, cdr3s)]
     return (torch.tensor([t for t, _ in pairs], dtype=torch.long),
             torch.tensor([r for _, r in pairs], dtype=torch.long))
 

@@ -1,7 +1,8 @@
 """Tokenize the corpora and train the masked LMs: marginal pre-training (S1), then the paired
 stage per variant and number of training binders per epitope (curriculum continues S1;
-paired_only starts from scratch with the same paired steps, paired_only_total and mixed with the
-same total steps; marginal_only is the S1 model untouched)."""
+paired_only starts from the initial model with the same paired steps, paired_only_total and mixed
+with the same total steps; marginal_only is the S1 model untouched; backbone_only is the initial
+model untouched: a random init in the synthetic world, the pre-trained ESM-2 in the paper's)."""
 from __future__ import annotations
 
 from typing import Iterator
@@ -12,10 +13,11 @@ import torch
 from components.common.io import load_torch, read_table, save_torch
 from components.common.seeds import seed_everything
 from components.common.train import fit
-from components.decodertcr.model import MaskedLM, mlm_loss
-from components.decodertcr.tokens import encode_many, mask_batch
+from components.decodertcr.model import EsmMaskedLM, MaskedLM, mlm_loss
+from components.decodertcr.tokens import encode_many, mask_batch, sequence_width
 
-VARIANTS = ("curriculum", "paired_only", "paired_only_total", "mixed", "marginal_only")
+VARIANTS = ("curriculum", "paired_only", "paired_only_total", "mixed", "marginal_only",
+            "backbone_only")
 
 
 def tokenize_stage(cfg, ctx) -> None:
@@ -24,9 +26,10 @@ def tokenize_stage(cfg, ctx) -> None:
     tcr = read_table(marginal / "marginal_tcr.parquet").column("cdr3").to_pylist()
     pep = read_table(marginal / "marginal_pep.parquet").column("peptide").to_pylist()
     # marginal data: single components, each with the other chain absent
-    m_tok, m_reg = encode_many([""] * len(tcr) + pep, tcr + [""] * len(pep))
+    width = sequence_width(cfg)
+    m_tok, m_reg = encode_many([""] * len(tcr) + pep, tcr + [""] * len(pep), width)
     paired = read_table(paired_dir / "paired.parquet").to_pydict()
-    p_tok, p_reg = encode_many(paired["epitope"], paired["cdr3"])
+    p_tok, p_reg = encode_many(paired["epitope"], paired["cdr3"], width)
     split, label = np.array(paired["split"]), np.array(paired["label"])
     out = {"marginal": (m_tok, m_reg)}
     for name in np.unique(split):
@@ -60,7 +63,11 @@ def mlm_batches(sources: list[tuple[torch.Tensor, torch.Tensor]], weights: list[
         yield mask_batch(tokens[rows], region[rows], t.mask_rate, t.segment_prob, gen)
 
 
-def new_model(cfg) -> MaskedLM:
+def new_model(cfg) -> torch.nn.Module:
+    """The small encoder (synthetic source) or the user's ESM-2 checkpoint (published tables);
+    both map this module's token ids to 20 amino-acid logits, so every stage is shared."""
+    if cfg.paper.source == "tables":
+        return EsmMaskedLM(cfg.paper.backbone, cfg.paper.device)
     m = cfg.model
     return MaskedLM(m.d_model, m.n_layers, m.n_heads, m.dropout)
 
