@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from components.circumerge.models import backbone, head_logits
+from components.circumerge.vision import as_image_splits, attach_peft, load_peft, peft_factors
 from components.common.io import load_torch, save_torch, write_json_atomic
 from components.common.lora import inject_lora, lora_state
 from components.common.seeds import seed_everything
@@ -19,7 +20,7 @@ def load_backbone(prep_dir: Path) -> tuple[str, torch.nn.Module]:
 
 
 def load_task(prep_dir: Path, task: str) -> dict:
-    return load_torch(Path(prep_dir) / "tasks" / f"{task}.pt")
+    return as_image_splits(load_torch(Path(prep_dir) / "tasks" / f"{task}.pt"))
 
 
 def adapted_layer_names(kind: str, model_cfg) -> list[str]:
@@ -68,6 +69,24 @@ def train_adapter(net: torch.nn.Module, record: dict, train_cfg, seed: int, ctx=
         warmup=max(1, train_cfg.steps // 10), ctx=ctx, log_every=max(1, train_cfg.steps // 10))
 
 
+def adapt(kind: str, net: torch.nn.Module, record: dict, cfg, task: str, seed: int, ctx
+          ) -> tuple[list[str], dict]:
+    """Give ``net`` the task's adapter (trained here, or a peft folder under data.adapters_root
+    for CLIP); returns the adapted layer names and their effective factors
+    ``{layer: {"B": scale * B, "A": A}}``."""
+    if kind != "clip":
+        names = inject_lora(net, adapted_layer_names(kind, cfg.model), cfg.model.rank, cfg.model.lora_alpha)
+        train_adapter(net, record, cfg.train, seed, ctx)
+        return names, lora_state(net)
+    if cfg.data.adapters_root:
+        load_peft(net, Path(cfg.data.adapters_root).expanduser() / task)
+    else:
+        attach_peft(net, list(cfg.model.lora_targets), cfg.model.rank, cfg.model.lora_alpha)
+        train_adapter(net, record, cfg.train, seed, ctx)
+    factors = {name: {"B": b, "A": a} for name, (b, a) in peft_factors(net).items()}
+    return list(factors), factors
+
+
 def train_adapters_stage(cfg, ctx) -> None:
     task = ctx.item["task"]
     prep = ctx.inputs["prepare_tasks"]
@@ -76,10 +95,9 @@ def train_adapters_stage(cfg, ctx) -> None:
     kind, net = load_backbone(prep)
     record = load_task(prep, task)
     zero_shot = {s: accuracy(net, record[s], record["head"]) for s in ("val", "test")}
-    names = inject_lora(net, adapted_layer_names(kind, cfg.model), cfg.model.rank, cfg.model.lora_alpha)
-    train_adapter(net, record, cfg.train, seed, ctx)
+    names, factors = adapt(kind, net, record, cfg, task, seed, ctx)
     tuned = {s: accuracy(net, record[s], record["head"]) for s in ("train", "val", "test")}
-    save_torch(ctx.out_dir / "adapter.pt", {"task": task, "layers": names, "factors": lora_state(net)})
+    save_torch(ctx.out_dir / "adapter.pt", {"task": task, "layers": names, "factors": factors})
     accuracies = {"zero_shot_val_acc": zero_shot["val"], "zero_shot_test_acc": zero_shot["test"],
                   "train_acc": tuned["train"], "val_acc": tuned["val"], "test_acc": tuned["test"]}
     write_json_atomic(ctx.out_dir / "accuracy.json", accuracies)  # read downstream for normalisation

@@ -1,22 +1,25 @@
 """Params of the CircuMerge reproduction (our instantiation). Defaults are the ``small`` profile."""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import ClassVar, Literal, Optional
 
 from components.common.config import MethodConfig, Section
+from components.common.hf_models import CheckpointError, check_adapter, read_config
+from components.common.preflight import PreflightError, require_checkpoint, require_dir
 
 
 class Data(Section):
-    kind: Literal["minilm", "digits", "external"] = "minilm"
-    # minilm: synthetic text tasks from tasks.py; digits: transformed sklearn digits
+    kind: Literal["minilm", "digits", "clip"] = "minilm"
+    # minilm: synthetic text tasks from tasks.py; digits: transformed sklearn digits;
+    # clip: image tasks under paper.data_root on a CLIP vision encoder (paper profile)
     tasks: list[str] = ["sentiment", "topic", "tense", "question"]
     n_train: int = 600
     n_val: int = 100               # alpha is chosen here, never on test
     n_test: int = 300
     max_tokens: int = 24
     data_seed: int = 0
-    adapters_root: Optional[str] = None   # paper profile: user-provided LoRA checkpoints
+    # clip: one peft adapter folder per task, <adapters_root>/<task>/ (e.g. KnOTS'); unset: trained here
+    adapters_root: Optional[str] = None
 
 
 class Model(Section):
@@ -74,6 +77,25 @@ class Claims(Section):
     gated_rules: list[str] = ["ties", "tsv"]   # TA is exact in any sketched space: reported only
 
 
+class Paper(Section):
+    """Where the paper profile's encoder and images live (nothing is downloaded)."""
+    vision_model: str = ""          # CLIP (or CLIPVisionModel) save_pretrained folder: ViT-B/32, ViT-L/14
+    data_root: str = ""             # <task>/{train,test}[/val]/<class>/<image> for each of data.tasks
+    device: str = "auto"            # CUDA when visible, else CPU
+    dtype: str = "auto"             # bf16 on GPU, fp32 on CPU
+    val_size: int = 500             # held out of train per task when a task has no val folder
+    max_train: Optional[int] = None   # caps per split (None: every image)
+    max_val: Optional[int] = None
+    max_test: Optional[int] = None
+    head_shots: int = 16            # train images per class averaged into the frozen prototype head
+
+
+VISION_MODEL_LAYOUT = ("a CLIP save_pretrained folder (config.json with model_type clip_vision_model "
+                       "or clip + model.safetensors, e.g. openai/clip-vit-base-patch32)")
+DATA_ROOT_LAYOUT = "a folder with <task>/train/<class>/<image> and <task>/test/<class>/<image> for each task"
+ADAPTERS_LAYOUT = "a folder with one peft adapter folder per task: <task>/adapter_config.json + adapter_model.safetensors"
+
+
 class CircumergeConfig(MethodConfig):
     seeds: list[int] = [0, 1, 2]   # transform + sampling seeds of CircuMerge
     data: Data = Data()
@@ -83,6 +105,7 @@ class CircumergeConfig(MethodConfig):
     tune: Tune = Tune()
     timing: Timing = Timing()
     claims: Claims = Claims()
+    paper: Paper = Paper()
 
     SMOKE: ClassVar[dict] = {
         "seeds": [0],
@@ -96,21 +119,35 @@ class CircumergeConfig(MethodConfig):
         "timing": {"dim": 512, "n_tasks": 4, "rank": 8, "n_matrices": 1, "repeats": 2, "threads": [1]},
     }
     PAPER: ClassVar[dict] = {
-        "data": {"kind": "external",
+        # KnOTS / Core Space protocol: LoRA r = 16 on the attention projections of CLIP's vision
+        # tower, 8 image tasks; ViT-L/14 by pointing paper.vision_model (and the adapters) at it
+        "data": {"kind": "clip",
                  "tasks": ["cars", "dtd", "eurosat", "gtsrb", "mnist", "resisc45", "sun397", "svhn"]},
-        "model": {"rank": 16},
+        # head temperature 100: CLIP's logit scale
+        "model": {"rank": 16, "lora_alpha": 16.0, "lora_targets": ["q_proj", "k_proj", "v_proj", "out_proj"],
+                  "head_scale": 100.0},
+        "train": {"steps": 2000, "batch_size": 128, "lr": 1e-4},
         "timing": {"n_matrices": 224, "threads": [16]},   # 32 layers x 7 matrices
     }
 
     def preflight(self) -> None:
-        if self.data.kind != "external":
+        if self.data.kind != "clip":
+            if self.data.adapters_root:
+                raise ValueError("data.adapters_root is set but data.kind is not clip (peft adapter "
+                                 "folders are read by the CLIP paper profile only)")
             return
-        root = self.data.adapters_root
-        if not root or not Path(root).is_dir():
-            raise FileNotFoundError(
-                f"paper profile needs the per-task LoRA checkpoints (KnOTS ViT-B/32 / ViT-L/14 or "
-                f"Llama-3-8B NLI): set data.adapters_root (now {root!r}) to a folder with one "
-                f"<task>.safetensors per task in data.tasks")
-        missing = [t for t in self.data.tasks if not (Path(root) / f"{t}.safetensors").exists()]
-        if missing:
-            raise FileNotFoundError(f"data.adapters_root={root!r} lacks {missing} (.safetensors)")
+        folder = require_checkpoint("paper.vision_model", self.paper.vision_model, VISION_MODEL_LAYOUT)
+        model_type = read_config(folder).get("model_type")
+        if model_type not in ("clip_vision_model", "clip"):
+            raise PreflightError("paper.vision_model", self.paper.vision_model, VISION_MODEL_LAYOUT,
+                                 f"is a {model_type!r} checkpoint, not CLIP")
+        patterns = tuple(f"{t}/{s}/*/*" for t in self.data.tasks for s in ("train", "test"))
+        require_dir("paper.data_root", self.paper.data_root, DATA_ROOT_LAYOUT, patterns)
+        if self.data.adapters_root:
+            root = require_dir("data.adapters_root", self.data.adapters_root, ADAPTERS_LAYOUT)
+            for task in self.data.tasks:
+                try:
+                    check_adapter(root / task)
+                except CheckpointError:
+                    raise PreflightError("data.adapters_root", self.data.adapters_root, ADAPTERS_LAYOUT,
+                                         f"has no peft adapter for task {task!r} at {task}/") from None

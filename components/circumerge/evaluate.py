@@ -16,7 +16,9 @@ def individual_accuracy(inputs: dict, tasks: list[str], split: str) -> dict[str,
 
 
 def merged_accuracies(net, records: dict, deltas: dict, alpha: float, split: str) -> dict[str, float]:
-    merged = apply_deltas(net, deltas, alpha)
+    # apply_deltas builds its new linears on the CPU in float32: put them where the backbone is
+    ref = next(net.parameters())
+    merged = apply_deltas(net, deltas, alpha).to(ref.device, ref.dtype)
     return {t: accuracy(merged, rec[split], rec["head"]) for t, rec in records.items()}
 
 

@@ -6,6 +6,7 @@
   states are cached; ``MiniLMUpper`` (the shared ``BertLayer`` blocks ``[k, 6)``) starts from
   those states, then mean-pools and L2-normalises like sentence-transformers.
 - Digits MLP (smoke): a 3-layer MLP pre-trained on sklearn digits; its hidden layers are adapted.
+- CLIP vision encoder (paper profile): see ``components.circumerge.vision``.
 """
 from __future__ import annotations
 
@@ -76,7 +77,12 @@ def head_logits(features: torch.Tensor, head: dict[str, torch.Tensor]) -> torch.
 
 
 def backbone(kind: str, spec: dict) -> nn.Module:
-    """The adapted part of the backbone, with its base weights, from ``prepare_tasks``' spec."""
+    """The adapted part of the backbone, with its base weights, from ``prepare_tasks``' spec
+    (CLIP: the spec names the checkpoint folder, which is loaded, not copied)."""
+    if kind == "clip":
+        from components.circumerge.vision import load_clip
+
+        return load_clip(spec)
     if kind == "minilm":
         module = MiniLMUpper(spec["n_layers"])
     elif kind == "digits":

@@ -8,6 +8,9 @@ task learns lives in its adapter.
 
 Digits tasks (smoke): sklearn digits under a fixed pixel permutation, a left-right flip, or a
 quarter-turn rotation; the head is the frozen head of an MLP pre-trained on clean digits.
+
+CLIP image tasks (paper profile): image folders under ``paper.data_root``, see
+``components.circumerge.vision``.
 """
 from __future__ import annotations
 
@@ -168,13 +171,14 @@ def prepare_digit_tasks(data, model, out_dir) -> None:
 
 def prepare_tasks_stage(cfg, ctx) -> None:
     data, model = cfg.data, cfg.model
+    counts = {"n_tasks": len(data.tasks), "n_train": data.n_train}
     if data.kind == "minilm":
         prepare_text_tasks(data, model, ctx.out_dir)
     elif data.kind == "digits":
         prepare_digit_tasks(data, model, ctx.out_dir)
     else:
-        raise NotImplementedError(
-            "data.kind='external' (paper profile): loading KnOTS vision / Llama NLI adapters and "
-            "their evaluation harness is not implemented offline; only timing_benchmark runs at paper scale")
+        from components.circumerge.vision import prepare_clip_tasks
+
+        counts |= prepare_clip_tasks(data, model, cfg.paper, ctx.out_dir)
     write_json_atomic(ctx.out_dir / "tasks.json", {"kind": data.kind, "tasks": list(data.tasks)})
-    ctx.write_metrics({"n_tasks": len(data.tasks), "n_train": data.n_train})
+    ctx.write_metrics(counts)

@@ -104,5 +104,5 @@ def test_profiles_validate_and_paper_preflight_names_the_missing_key():
 
     for profile in ("smoke", "small"):
         CircumergeConfig.for_profile(profile).preflight()
-    with pytest.raises(FileNotFoundError, match="data.adapters_root"):
+    with pytest.raises(FileNotFoundError, match="paper.vision_model"):
         CircumergeConfig.for_profile("paper").preflight()
