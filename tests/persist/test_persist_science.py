@@ -196,6 +196,17 @@ def test_place_pillar_stands_on_the_surface():
     assert W.place_pillar(vox, np.array([7.9, 5.0]), 2, 3, W.LM_RED) is None      # leaves the world
 
 
+def test_class_weights_favour_rare_classes_with_unit_mean():
+    from components.persist.models import class_weights
+
+    labels = np.zeros(1000, np.uint8)
+    labels[:10] = W.LM_RED
+    w = class_weights(labels, 0.5).numpy()
+    freq = np.bincount(labels, minlength=W.N_CLASSES) / labels.size
+    assert w[W.LM_RED] > w[W.AIR] and abs((w * freq).sum() - 1) < 1e-5
+    assert class_weights(labels, 0.0) is None
+
+
 def _probe_set(n=4, seed=3, hw=(24, 24)):
     from components.persist.config import Rollout
     from components.persist.data import probe_set
@@ -289,10 +300,11 @@ def test_models_shapes(profile):
     assert tuple(z.shape[2:]) == g and vae.decode(z).shape == (2, W.N_CLASSES, *lab.shape[1:])
     wm = build_world_model(cfg.world_model, cfg.vae3d.latent_channels, g, cfg.world.frame)
     b, f = 2, cfg.world.frame
-    v = wm(torch.randn(2, 8, *g), torch.rand(b), torch.randn(2, 8, *g), torch.ones(2, 1, *g),
+    m = cfg.vae3d.latent_channels
+    v = wm(torch.randn(2, m, *g), torch.rand(b), torch.randn(2, m, *g), torch.ones(2, 1, *g),
            torch.zeros(b, dtype=torch.long), torch.randn(b, 10), torch.randn(b, 10),
            torch.randn(b, 3, f, f), torch.randn(b, 6, f // 4, f // 4), torch.rand(b), torch.zeros(b))
-    assert v.shape == (2, 8, *g)
+    assert v.shape == (2, m, *g)
     for variant in ("persist", "baseline"):
         pm = build_pixel_model(cfg.pixel_model, variant)
         k = cfg.pixel_model.persist_context if variant == "persist" else cfg.pixel_model.baseline_context
