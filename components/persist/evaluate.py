@@ -29,47 +29,15 @@ from components.persist.world import (AIR, EYE_HEIGHT, LANDMARKS, N_CLASSES, NOO
 
 
 # ----------------------------------------------------------------------------- pixel -> class
-class PixelClassifier:
-    """Maps an RGB pixel to a voxel class: 5-NN on (RGB, class) pairs of ground-truth training
-    frames (the shaded palette with texture and fog), tabulated on a 32^3 RGB grid so that
-    classifying millions of generated pixels is a lookup."""
+class _ColourTable:
+    """5-NN on (RGB, class) pairs, tabulated on a 32^3 RGB grid so that classifying millions
+    of generated pixels is a lookup."""
 
     BINS = 32
 
-    def __init__(self, frames: np.ndarray, cls: np.ndarray, n: int = 20000, seed: int = 0):
+    def _fit(self, x: np.ndarray, y: np.ndarray) -> None:
         from sklearn.neighbors import KNeighborsClassifier
 
-        rng = np.random.default_rng(seed)
-        x = frames.reshape(-1, 3).astype(np.float32) / 255
-        y = cls.reshape(-1)
-        pick = rng.choice(len(x), min(n, len(x)), replace=False)
-        knn = KNeighborsClassifier(5).fit(x[pick], y[pick])
-        g = (np.arange(self.BINS) + 0.5) / self.BINS
-        grid = np.stack(np.meshgrid(g, g, g, indexing="ij"), -1).reshape(-1, 3)
-        self.table = knn.predict(grid).astype(np.uint8).reshape(self.BINS, self.BINS, self.BINS)
-
-    def __call__(self, rgb01: np.ndarray) -> np.ndarray:
-        q = np.clip((np.asarray(rgb01) * self.BINS).astype(np.int64), 0, self.BINS - 1)
-        return self.table[q[..., 0], q[..., 1], q[..., 2]]
-
-
-class LandmarkColour:
-    """Reads a pixel as one of the landmark colours (a forced 3-way choice): 5-NN on the
-    landmark pixels of ground-truth training frames, tabulated like ``PixelClassifier``; the
-    unshaded palette stands in for a landmark colour absent from the frames."""
-
-    BINS = 32
-
-    def __init__(self, frames: np.ndarray, cls: np.ndarray, n: int = 20000, seed: int = 0):
-        from sklearn.neighbors import KNeighborsClassifier
-
-        rng = np.random.default_rng(seed)
-        keep = np.isin(cls.reshape(-1), LANDMARKS)
-        x = frames.reshape(-1, 3)[keep].astype(np.float32) / 255
-        y = cls.reshape(-1)[keep]
-        pick = rng.choice(len(x), min(n, len(x)), replace=False)
-        x = np.concatenate([x[pick], PALETTE[list(LANDMARKS)]])
-        y = np.concatenate([y[pick], np.array(LANDMARKS, dtype=y.dtype)])
         knn = KNeighborsClassifier(min(5, len(x))).fit(x, y)
         g = (np.arange(self.BINS) + 0.5) / self.BINS
         grid = np.stack(np.meshgrid(g, g, g, indexing="ij"), -1).reshape(-1, 3)
@@ -78,6 +46,33 @@ class LandmarkColour:
     def __call__(self, rgb01: np.ndarray) -> np.ndarray:
         q = np.clip((np.asarray(rgb01) * self.BINS).astype(np.int64), 0, self.BINS - 1)
         return self.table[q[..., 0], q[..., 1], q[..., 2]]
+
+
+class PixelClassifier(_ColourTable):
+    """Maps an RGB pixel to a voxel class, fitted on ground-truth training frames (the shaded
+    palette with texture and fog)."""
+
+    def __init__(self, frames: np.ndarray, cls: np.ndarray, n: int = 20000, seed: int = 0):
+        rng = np.random.default_rng(seed)
+        x = frames.reshape(-1, 3).astype(np.float32) / 255
+        y = cls.reshape(-1)
+        pick = rng.choice(len(x), min(n, len(x)), replace=False)
+        self._fit(x[pick], y[pick])
+
+
+class LandmarkColour(_ColourTable):
+    """Reads a pixel as one of the landmark colours (a forced 3-way choice), fitted on the
+    landmark pixels of ground-truth training frames; the unshaded palette stands in for a
+    landmark colour absent from the frames."""
+
+    def __init__(self, frames: np.ndarray, cls: np.ndarray, n: int = 20000, seed: int = 0):
+        rng = np.random.default_rng(seed)
+        keep = np.isin(cls.reshape(-1), LANDMARKS)
+        x = frames.reshape(-1, 3)[keep].astype(np.float32) / 255
+        y = cls.reshape(-1)[keep]
+        pick = rng.choice(len(x), min(n, len(x)), replace=False)
+        self._fit(np.concatenate([x[pick], PALETTE[list(LANDMARKS)]]),
+                  np.concatenate([y[pick], np.array(LANDMARKS, dtype=y.dtype)]))
 
 
 def psnr(a: np.ndarray, b: np.ndarray) -> np.ndarray:
