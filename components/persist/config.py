@@ -19,6 +19,7 @@ class World(Section):
     stride: int = 4                 # latent stride of the 3D VAE (paper 48 -> 12)
     n_train_worlds: int = 24
     n_eval_worlds: int = 6          # held out: never seen in training
+    n_val_worlds: int = 4           # held out too: premise checks and calibration, never test
     n_trees: int = 28
     n_pillars: int = 22             # landmark pillars: revisits carry distinctive content
     water: bool = True
@@ -32,21 +33,26 @@ class Rollout(Section):
     episodes_per_world: int = 6
     steps: int = 48                 # actions per training episode
     policy_mix: dict[str, float] = {"free": 0.5, "lookaround": 0.25, "orbit": 0.25}
-    eval_lookaround_episodes: int = 6    # spin 360 deg in place, return, spin again
-    eval_free_episodes: int = 3
-    eval_free_steps: int = 128
-    eval_uniform_episodes: int = 2       # control: the spin in a flat all-grass world
+    eval_probe_episodes: int = 36        # memory probe: landmark placed in view, full spin (test)
+    val_probe_episodes: int = 24         # the same on the validation worlds (premises only)
+    probe_distance: float = 3.0          # probe pillar this far in front of the spawn pose
+    probe_width: int = 1                 # probe pillar footprint (width x width columns)
+    probe_height: int = 3
+    eval_free_episodes: int = 6
+    eval_free_steps: int = 64
+    eval_uniform_episodes: int = 4       # control: the spin in a flat all-grass world
     seed: int = 0
 
 
 class Vae3d(Section):
     """3D conv autoencoder over one-hot voxel crops, cross-entropy on the labels (paper:
     TRELLIS-style 3D-ResNet, 48^3 x 2138 classes -> 12^3 x 48, 138M params)."""
-    latent_channels: int = 8
+    latent_channels: int = 32       # 8 carried no landmark voxel at all (CLAIMS.md, calibration)
     width: int = 16
-    steps: int = 250
+    steps: int = 400
     batch_size: int = 16
     lr: float = 2e-3
+    class_weight_power: float = 0.5  # CE weights freq^-power (calibrated on validation, CLAIMS.md)
     seed: int = 0
 
 
@@ -100,9 +106,9 @@ class PixelModel(Section):
 class Evaluate(Section):
     rf_steps: int = 6               # Euler steps of the sampler (paper 20)
     eta: float = 3.0                # tau_k = eta k / (1 + (eta - 1) k) (paper 3)
-    horizons: list[int] = [8, 32, 64, 128]
+    horizons: list[int] = [8, 32, 64]
     variants: list[str] = ["persist", "persist_w0", "oracle", "baseline", "copy_first"]
-    edit_episodes: int = 6
+    edit_episodes: int = 12         # probe episodes re-used: a pillar edited in behind the agent
 
 
 class Paper(Section):
@@ -125,9 +131,10 @@ class PersistConfig(MethodConfig):
     SMOKE: ClassVar[dict] = {
         "seeds": [0],
         "world": {"size": 24, "height": 12, "crop": 12, "n_train_worlds": 3, "n_eval_worlds": 1,
-                  "n_trees": 6, "n_pillars": 6, "frame": 16, "yaw_step_deg": 90.0},
-        "rollout": {"episodes_per_world": 3, "steps": 12, "eval_lookaround_episodes": 2,
-                    "eval_free_episodes": 2, "eval_free_steps": 8, "eval_uniform_episodes": 1},
+                  "n_val_worlds": 1, "n_trees": 6, "n_pillars": 6, "frame": 16, "yaw_step_deg": 90.0},
+        "rollout": {"episodes_per_world": 3, "steps": 12, "eval_probe_episodes": 2,
+                    "val_probe_episodes": 2, "eval_free_episodes": 2, "eval_free_steps": 8,
+                    "eval_uniform_episodes": 1},
         "vae3d": {"steps": 20, "width": 8},
         "world_model": {"steps": 20, "d_model": 32, "n_layers": 1, "batch_size": 8},
         "camera_model": {"steps": 20, "hidden": 32},

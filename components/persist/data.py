@@ -9,9 +9,10 @@ import numpy as np
 from components.common.io import read_bytes, write_bytes_atomic, write_json_atomic, write_table
 from components.common.seeds import seed_everything
 from components.persist.raycast import render_views
-from components.persist.world import (BACK, BREAK, FORWARD, LEFT, NOOP, PITCH_DOWN, PITCH_UP,
-                                      PLACE, RIGHT, YAW_LEFT, YAW_RIGHT, EnvSpec, camera_vector,
-                                      crop_origin, extract_crop, generate_world, spawn, step_agent)
+from components.persist.world import (BACK, BREAK, FORWARD, LANDMARKS, LEFT, NOOP, PITCH_DOWN,
+                                      PITCH_UP, PLACE, RIGHT, YAW_LEFT, YAW_RIGHT, Agent, EnvSpec,
+                                      camera_vector, crop_origin, extract_crop, generate_world,
+                                      place_pillar, spawn, step_agent)
 
 POLICIES = ("free", "lookaround", "orbit")
 
@@ -43,12 +44,13 @@ def gen_worlds_stage(cfg, ctx) -> None:
     if w.backend != "numpy_voxel":
         raise NotImplementedError(f"world.backend={w.backend!r}: only numpy_voxel runs here")
     spec = env_spec(w)
-    n_tot = w.n_train_worlds + w.n_eval_worlds
+    n_tot = w.n_train_worlds + w.n_eval_worlds + w.n_val_worlds
     worlds = np.stack([generate_world(spec, w.world_seed + i, w.n_trees, w.n_pillars, w.water)
                        for i in range(n_tot)])
     uniform = generate_world(spec, 0, 0, 0, uniform=True)[None]
-    save_npz(ctx.out_dir / "worlds.npz", train=worlds[:w.n_train_worlds],
-             eval=worlds[w.n_train_worlds:], uniform=uniform)
+    n_tr, n_ev = w.n_train_worlds, w.n_eval_worlds
+    save_npz(ctx.out_dir / "worlds.npz", train=worlds[:n_tr], eval=worlds[n_tr:n_tr + n_ev],
+             val=worlds[n_tr + n_ev:], uniform=uniform)
     counts = np.bincount(worlds.ravel(), minlength=11) / worlds.size
     ctx.write_metrics({"n_train_worlds": w.n_train_worlds, "n_eval_worlds": w.n_eval_worlds,
                        "landmark_fraction": float(counts[8:].sum()),
@@ -85,10 +87,10 @@ def policy_actions(kind: str, steps: int, rng: np.random.Generator, spin_steps: 
 
 
 def run_episode(vox: np.ndarray, spec: EnvSpec, actions: list[int], hw: tuple[int, int],
-                rng: np.random.Generator) -> dict[str, np.ndarray]:
+                rng: np.random.Generator, agent: Agent | None = None) -> dict[str, np.ndarray]:
     """Roll out open-loop ``actions``; observation t follows action t (action 0 is a noop)."""
     vox = vox.copy()
-    agent = spawn(vox, spec, rng)
+    agent = spawn(vox, spec, rng) if agent is None else agent.copy()
     agents, crops, origins, cams = [], [], [], []
     frames: list[dict] = []
     pending: list = []
@@ -127,6 +129,55 @@ def run_episode(vox: np.ndarray, spec: EnvSpec, actions: list[int], hw: tuple[in
     }
 
 
+# ---------------------------------------------------------------------------------- memory probe
+MIN_PROBE_PIXELS = 6     # the probe must cover at least this many pixels of o_0
+
+
+def probe_episode(vox: np.ndarray, spec: EnvSpec, actions: list[int], hw: tuple[int, int],
+                  rng: np.random.Generator, distance: float, width: int, height: int) -> dict:
+    """A spin episode with a landmark pillar of random colour placed in view at spawn.
+
+    Adds ``probe_colour`` (class), ``probe_cells`` (width^2 * height, 3) world voxels (-1 pad)
+    and ``probe_mask`` (T, H, W): pixels whose first hit is a probe voxel. The colour is drawn
+    uniformly from the landmark classes, so a model that ignores it scores 1/3."""
+    for _ in range(50):
+        agent = spawn(vox, spec, rng)
+        colour = LANDMARKS[int(rng.integers(len(LANDMARKS)))]
+        centre = agent.pos[:2] + distance * np.array([np.cos(agent.yaw), np.sin(agent.yaw)])
+        world = vox.copy()
+        cells = place_pillar(world, centre, width, height, colour, avoid=agent.pos)
+        if cells is None:
+            continue
+        first = render_views(world, [agent], spec, hw)
+        if _probe_mask(first["cell"], cells).sum() >= MIN_PROBE_PIXELS:
+            break
+    else:
+        raise RuntimeError("no spawn pose sees the probe")
+    ep = run_episode(world, spec, actions, hw, rng, agent=agent)
+    padded = np.full((width * width * height, 3), -1, dtype=np.int16)
+    padded[:len(cells)] = cells
+    ep.update(probe_colour=np.int16(colour), probe_cells=padded,
+              probe_mask=_probe_mask(ep["cells"], cells))
+    return ep
+
+
+def _probe_mask(cell_maps: np.ndarray, cells: np.ndarray) -> np.ndarray:
+    """(..., H, W) bool: the first hit of the pixel is one of ``cells``."""
+    hits = np.zeros(cell_maps.shape[:-1], dtype=bool)
+    for c in np.asarray(cells):
+        hits |= (cell_maps == c).all(-1)
+    return hits
+
+
+def probe_set(worlds: np.ndarray, spec: EnvSpec, n: int, steps: int, hw: tuple[int, int],
+              rng: np.random.Generator, r) -> dict[str, np.ndarray]:
+    eps = [probe_episode(worlds[i % len(worlds)], spec, policy_actions("spin_eval", steps, rng), hw,
+                         rng, r.probe_distance, r.probe_width, r.probe_height) for i in range(n)]
+    out = {k: np.stack([e[k] for e in eps]) for k in eps[0]}
+    out["world"] = np.array([i % len(worlds) for i in range(n)], dtype=np.int16)
+    return out
+
+
 def rollout_set(worlds: np.ndarray, spec: EnvSpec, plan: list[tuple[int, str, int]],
                 hw: tuple[int, int], rng: np.random.Generator, ctx=None, keep_cells: bool = False,
                 spin: int = 24) -> dict[str, np.ndarray]:
@@ -159,22 +210,22 @@ def rollout_env_stage(cfg, ctx) -> None:
     train = rollout_set(worlds["train"], spec, plan, hw, rng, ctx, spin=spin)
     save_npz(ctx.out_dir / "train.npz", **train)
     n_eval = len(worlds["eval"])
-    look = rollout_set(worlds["eval"], spec,
-                       [(i % n_eval, "spin_eval", 2 * spin) for i in range(r.eval_lookaround_episodes)],
-                       hw, rng, keep_cells=True, spin=spin)
+    probe = probe_set(worlds["eval"], spec, r.eval_probe_episodes, spin, hw, rng, r)
+    probe_val = probe_set(worlds["val"], spec, r.val_probe_episodes, spin, hw, rng, r)
     free = rollout_set(worlds["eval"], spec,
                        [(i % n_eval, "free", r.eval_free_steps) for i in range(r.eval_free_episodes)],
                        hw, rng, keep_cells=True)
-    uniform = rollout_set(worlds["uniform"], spec, [(0, "spin_eval", 2 * spin)] * r.eval_uniform_episodes,
+    uniform = rollout_set(worlds["uniform"], spec, [(0, "spin_eval", spin)] * r.eval_uniform_episodes,
                           hw, rng, keep_cells=True, spin=spin)
-    save_npz(ctx.out_dir / "eval_lookaround.npz", **look)
+    save_npz(ctx.out_dir / "eval_probe.npz", **probe)
+    save_npz(ctx.out_dir / "val_probe.npz", **probe_val)
     save_npz(ctx.out_dir / "eval_free.npz", **free)
     save_npz(ctx.out_dir / "eval_uniform.npz", **uniform)
     write_table(ctx.out_dir / "episodes.parquet", {
         "split": ["train"] * len(plan), "world": [p[0] for p in plan],
         "policy": [p[1] for p in plan], "steps": [p[2] for p in plan]})
     # the spin returns exactly to the start pose: a check on the env, not on a model
-    ret = float(np.abs(look["cams"][:, spin] - look["cams"][:, 0]).max())
+    ret = float(np.abs(probe["cams"][:, spin] - probe["cams"][:, 0]).max())
     write_json_atomic(ctx.out_dir / "summary.json", {"spin_return_cam_err": ret})
     ctx.write_metrics({
         "n_train_episodes": len(plan), "n_train_frames": int(train["frames"].shape[0] * train["frames"].shape[1]),
@@ -182,4 +233,6 @@ def rollout_env_stage(cfg, ctx) -> None:
         "sky_fraction": float((train["cls"] == 0).mean()),
         "landmark_pixel_fraction": float((train["cls"] >= 8).mean()),
         "crop_shifts_per_episode": float((np.abs(np.diff(train["origins"], axis=1)).sum(-1) > 0).sum(1).mean()),
+        "probe_pixels_t0": float(probe["probe_mask"][:, 0].sum((1, 2)).mean()),
+        "val_probe_pixels_t0": float(probe_val["probe_mask"][:, 0].sum((1, 2)).mean()),
     })

@@ -25,25 +25,20 @@ from components.persist.train import (build_pixel_model, build_world_model, came
                                       load_vae, pixel_cond, pixel_context_len, shift_latent)
 from components.persist.world import (AIR, EYE_HEIGHT, LANDMARKS, N_CLASSES, NOOP, PALETTE, Agent,
                                       camera_basis, camera_from_vector, crop_shift, feet_local,
-                                      surface_z, yaw_pitch_from_vector)
+                                      place_pillar, yaw_pitch_from_vector)
 
 
 # ----------------------------------------------------------------------------- pixel -> class
-class PixelClassifier:
-    """Maps an RGB pixel to a voxel class: 5-NN on (RGB, class) pairs of ground-truth training
-    frames (the shaded palette with texture and fog), tabulated on a 32^3 RGB grid so that
-    classifying millions of generated pixels is a lookup."""
+class _ColourTable:
+    """5-NN on (RGB, class) pairs, tabulated on a 32^3 RGB grid so that classifying millions
+    of generated pixels is a lookup."""
 
     BINS = 32
 
-    def __init__(self, frames: np.ndarray, cls: np.ndarray, n: int = 20000, seed: int = 0):
+    def _fit(self, x: np.ndarray, y: np.ndarray) -> None:
         from sklearn.neighbors import KNeighborsClassifier
 
-        rng = np.random.default_rng(seed)
-        x = frames.reshape(-1, 3).astype(np.float32) / 255
-        y = cls.reshape(-1)
-        pick = rng.choice(len(x), min(n, len(x)), replace=False)
-        knn = KNeighborsClassifier(5).fit(x[pick], y[pick])
+        knn = KNeighborsClassifier(min(5, len(x))).fit(x, y)
         g = (np.arange(self.BINS) + 0.5) / self.BINS
         grid = np.stack(np.meshgrid(g, g, g, indexing="ij"), -1).reshape(-1, 3)
         self.table = knn.predict(grid).astype(np.uint8).reshape(self.BINS, self.BINS, self.BINS)
@@ -51,6 +46,33 @@ class PixelClassifier:
     def __call__(self, rgb01: np.ndarray) -> np.ndarray:
         q = np.clip((np.asarray(rgb01) * self.BINS).astype(np.int64), 0, self.BINS - 1)
         return self.table[q[..., 0], q[..., 1], q[..., 2]]
+
+
+class PixelClassifier(_ColourTable):
+    """Maps an RGB pixel to a voxel class, fitted on ground-truth training frames (the shaded
+    palette with texture and fog)."""
+
+    def __init__(self, frames: np.ndarray, cls: np.ndarray, n: int = 20000, seed: int = 0):
+        rng = np.random.default_rng(seed)
+        x = frames.reshape(-1, 3).astype(np.float32) / 255
+        y = cls.reshape(-1)
+        pick = rng.choice(len(x), min(n, len(x)), replace=False)
+        self._fit(x[pick], y[pick])
+
+
+class LandmarkColour(_ColourTable):
+    """Reads a pixel as one of the landmark colours (a forced 3-way choice), fitted on the
+    landmark pixels of ground-truth training frames; the unshaded palette stands in for a
+    landmark colour absent from the frames."""
+
+    def __init__(self, frames: np.ndarray, cls: np.ndarray, n: int = 20000, seed: int = 0):
+        rng = np.random.default_rng(seed)
+        keep = np.isin(cls.reshape(-1), LANDMARKS)
+        x = frames.reshape(-1, 3)[keep].astype(np.float32) / 255
+        y = cls.reshape(-1)[keep]
+        pick = rng.choice(len(x), min(n, len(x)), replace=False)
+        self._fit(np.concatenate([x[pick], PALETTE[list(LANDMARKS)]]),
+                  np.concatenate([y[pick], np.array(LANDMARKS, dtype=y.dtype)]))
 
 
 def psnr(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -77,7 +99,7 @@ class Models:
         self.camera.eval()
         self.cam_scale = ck["scale"]
         self.pixel = {}
-        for variant in ("persist", "baseline"):
+        for variant in cfg.pixel_model.variants:
             ck = load_torch(ctx.inputs["train_pixel_model"][f"{variant}-{seed}"] / "pixel.pt")
             m = build_pixel_model(cfg.pixel_model, variant)
             m.load_state_dict(ck["state"])
@@ -285,71 +307,182 @@ def camera_error(cams_pred: np.ndarray, ep: dict, spec, t: int) -> float:
     return float(np.linalg.norm(cams_pred[:, t, :3] - ep["cams"][:, t, :3], axis=-1).mean())
 
 
-# ----------------------------------------------------------------------------- editing
-def make_edit(ep: dict, spec, n: int, cls_view: np.ndarray):
-    """For each of ``n`` episodes: a 1x1x3 landmark pillar on the ground 3 voxels in front of
-    the agent at t=0, in crop coordinates, using the landmark class least present in view."""
-    edits = []
-    for i in range(n):
-        cam = ep["cams"][i, 0]
-        yaw, _ = yaw_pitch_from_vector(cam)
-        feet = feet_local(cam, spec)
-        p = feet[:2] + 3.0 * np.array([np.cos(yaw), np.sin(yaw)])
-        x, y = int(p[0]), int(p[1])
-        counts = [(cls_view[i] == c).sum() for c in LANDMARKS]
-        edits.append((x, y, LANDMARKS[int(np.argmin(counts))]))
-    return edits
-
-
-def apply_edit(labels: np.ndarray, edits) -> np.ndarray:
-    out = labels.copy()
-    for i, (x, y, c) in enumerate(edits):
-        z = surface_z(out[i], x, y)
-        out[i, x, y, z:min(z + 3, out.shape[-1])] = c
+# ----------------------------------------------------------------------------- memory probe
+def probe_windows(mask: np.ndarray) -> np.ndarray:
+    """Per episode the first frame at which the probe is back in view after having left it
+    (-1 when it never leaves or never returns). ``mask`` (B, T, H, W)."""
+    visible = mask.reshape(*mask.shape[:2], -1).any(-1)
+    out = np.full(len(mask), -1, dtype=np.int64)
+    for i, vis in enumerate(visible):
+        gone = np.nonzero(~vis[1:])[0]
+        if len(gone) == 0:
+            continue
+        back = np.nonzero(vis[gone[0] + 1:])[0]
+        if len(back):
+            out[i] = gone[0] + 1 + back[0]
     return out
 
 
+def probe_context(mask: np.ndarray, starts: np.ndarray, k: int) -> dict[str, float]:
+    """Premise numbers on ground truth: probe pixels in the ``k`` frames a pixel-history model
+    with a k-frame window holds when the first scored frame is generated, and the number of
+    consecutive frames the probe was out of view before it."""
+    ok = starts > 0
+    ctx_px = [int(mask[i, max(t - k, 0):t].sum()) for i, t in enumerate(starts) if t > 0]
+    vis = mask.reshape(*mask.shape[:2], -1).any(-1)
+    gaps = []
+    for i, t in enumerate(starts):
+        if t > 0:
+            g = 0
+            while t - 1 - g >= 0 and not vis[i, t - 1 - g]:
+                g += 1
+            gaps.append(g)
+    return {"probe_found_frac": float(ok.mean()),
+            "probe_context_pixels_max": float(max(ctx_px)) if ctx_px else float("nan"),
+            "probe_gap_min": float(min(gaps)) if gaps else float("nan")}
+
+
+def probe_score(colour_of, frames_u8: np.ndarray, ep: dict, starts: np.ndarray,
+                frames: slice | None = None) -> float:
+    """Mean over episodes of the fraction of ground-truth probe pixels whose generated colour
+    is read as the probe's colour (a 3-way choice among the landmark colours: chance 1/3).
+    Scored frames: from the re-entry frame to the end, or ``frames``."""
+    scores = []
+    for i, t in enumerate(starts):
+        if t <= 0:
+            continue
+        sel = slice(t, None) if frames is None else frames
+        m = ep["probe_mask"][i, sel]
+        if m.sum() == 0:
+            continue
+        pix = frames_u8[i, sel][m].astype(np.float32) / 255
+        scores.append(float((colour_of(pix) == int(ep["probe_colour"][i])).mean()))
+    return float(np.mean(scores)) if scores else float("nan")
+
+
+# ----------------------------------------------------------------------------- editing
+def edit_cells(ep: dict, worlds: np.ndarray, spec, i: int, distance: float) -> tuple[np.ndarray, int]:
+    """A 1x1x3 landmark pillar on the ground ``distance`` voxels *behind* the agent at t = 0
+    (out of view), in world voxels, with a landmark colour other than the probe's."""
+    cam = ep["cams"][i, 0]
+    yaw, _ = yaw_pitch_from_vector(cam)
+    o = ep["origins"][i, 0].astype(np.int64)
+    feet = feet_local(cam, spec) + o
+    centre = feet[:2] - distance * np.array([np.cos(yaw), np.sin(yaw)])
+    probe = int(ep["probe_colour"][i]) if "probe_colour" in ep else LANDMARKS[0]
+    colour = LANDMARKS[(LANDMARKS.index(probe) + 1) % len(LANDMARKS)]
+    vox = worlds[ep["world"][i]].copy()
+    cells = place_pillar(vox, centre, 1, 3, colour)
+    return (np.zeros((0, 3), np.int64) if cells is None else cells), colour
+
+
+def edited_world(worlds: np.ndarray, ep: dict, i: int, cells: np.ndarray, colour: int) -> np.ndarray:
+    vox = worlds[ep["world"][i]].copy()
+    if "probe_cells" in ep:
+        pc = ep["probe_cells"][i]
+        pc = pc[(pc >= 0).all(1)].astype(np.int64)
+        vox[pc[:, 0], pc[:, 1], pc[:, 2]] = ep["probe_colour"][i]
+    vox[cells[:, 0], cells[:, 1], cells[:, 2]] = colour
+    return vox
+
+
+def gt_view(vox: np.ndarray, cam: np.ndarray, origin: np.ndarray, spec, hw) -> dict:
+    eye = cam[:3] + np.array([spec.crop / 2, spec.crop / 2, spec.height / 2]) + origin
+    yaw, pitch = yaw_pitch_from_vector(cam)
+    return render_views(vox, [Agent(eye - np.array([0, 0, EYE_HEIGHT]), yaw, pitch)], spec, hw)
+
+
 def edit_iou(models: Models, ep: dict, worlds: np.ndarray, classify, n: int, seed: int) -> dict:
+    """Edit the world frame in 3D at t = 0 (a pillar behind the agent, out of view), spin half a
+    turn and score the generated frame against a render of the edited world. The pillar is out
+    of view at t = 0, so it can only appear through the edited world state, never through the
+    pixel history (which P was trained to copy)."""
     spec = models.spec
     sub = {k: v[:n] for k, v in ep.items()}
-    edits = make_edit(sub, spec, n, sub["cls"][:, 0])
-    # ground truth: edit the held-out world itself (on its own surface) and render
-    gt_masks = []
-    for i, (x, y, c) in enumerate(edits):
-        vox = worlds[sub["world"][i]].copy()
-        o = sub["origins"][i, 0].astype(int)
-        wx, wy = x + o[0], y + o[1]
-        z = surface_z(vox, wx, wy)
-        vox[wx, wy, z:min(z + 3, vox.shape[-1])] = c
-        cam = sub["cams"][i, 0]
-        eye = cam[:3] + np.array([spec.crop / 2, spec.crop / 2, spec.height / 2]) + o
-        yaw, pitch = yaw_pitch_from_vector(cam)
-        view = render_views(vox, [Agent(eye - np.array([0, 0, EYE_HEIGHT]), yaw, pitch)], spec,
-                            sub["frames"].shape[2:4])
-        gt_masks.append(view["cls"][0] == c)
-    out = {}
+    t_e = spin_steps(models.cfg.world) // 2
+    hw = sub["frames"].shape[2:4]
+    edits, gt_masks, seen_t0 = [], [], []
+    for i in range(n):
+        cells, colour = edit_cells(sub, worlds, spec, i, 3.0)
+        vox = edited_world(worlds, sub, i, cells, colour)
+        o0, oe = sub["origins"][i, 0].astype(np.int64), sub["origins"][i, t_e].astype(np.int64)
+        view = gt_view(vox, sub["cams"][i, t_e], oe, spec, hw)
+        gt_masks.append(_cells_mask(view["cell"][0], cells))
+        seen_t0.append(_cells_mask(gt_view(vox, sub["cams"][i, 0], o0, spec, hw)["cell"][0], cells).sum())
+        edits.append((cells - o0, colour))
+
+    def apply(labels):
+        out = labels.copy()
+        for i, (cells, colour) in enumerate(edits):
+            inside = ((cells >= 0) & (cells < np.array(out.shape[1:]))).all(1)
+            c = cells[inside]
+            out[i, c[:, 0], c[:, 1], c[:, 2]] = colour
+        return out
+
+    out = {"visible_t0_pixels": float(np.sum(seen_t0))}
     for variant in ("persist", "persist_w0"):
-        gen = rollout(models, sub, variant, 0, seed, edit=lambda lab: apply_edit(lab, edits))
-        # the edited frame is generated at t = 0 from the edited world frame
-        b = len(sub["frames"])
-        labels = gen["labels"][:, 0]
-        w2d = project_world(models, labels, sub["cams"][:, 0])
-        acts = np.full((b, pixel_context_len(models.cfg.pixel_model, "persist")), NOOP)
-        o0 = to_unit(sub["frames"][:, 0])
-        frame = _sample_frame(models, "persist", w2d, [o0],
-                              acts, torch.Generator().manual_seed(seed))
-        pred = classify(((frame.movedim(1, -1).numpy() + 1) / 2))
-        ious = []
-        for i, (_, _, c) in enumerate(edits):
-            a, g = pred[i] == c, gt_masks[i]
-            if g.sum() == 0:
-                continue
-            ious.append((a & g).sum() / max((a | g).sum(), 1))
+        gen = rollout(models, sub, variant, t_e, seed, edit=apply)
+        pred = classify(gen["frames"][:, t_e] / 255)
+        ious = [iou(pred[i] == colour, gt) for i, ((_, colour), gt) in enumerate(zip(edits, gt_masks))
+                if gt.sum() > 0]
         out[variant] = float(np.mean(ious)) if ious else float("nan")
     return out
 
 
+def iou(a: np.ndarray, b: np.ndarray) -> float:
+    return float((a & b).sum() / max((a | b).sum(), 1))
+
+
+def _cells_mask(cell_map: np.ndarray, cells: np.ndarray) -> np.ndarray:
+    hits = np.zeros(cell_map.shape[:-1], dtype=bool)
+    for c in cells:
+        hits |= (cell_map == c).all(-1)
+    return hits
+
+
 # ----------------------------------------------------------------------------- stage
+SETS = ("probe", "uniform", "free")
+
+
+def _spin_metrics(record, variant, set_name, gen, ep, pred, spin, colour_of, starts):
+    g01, gt_rgb = gen["frames"] / 255, ep["frames"] / 255
+    record(variant, set_name, f"acc_gt_t{spin}", class_acc(pred[:, spin], ep["cls"][:, spin]))
+    record(variant, set_name, f"acc_nonsky_t{spin}",
+           class_acc(pred[:, spin], ep["cls"][:, spin], ep["cls"][:, spin] != AIR))
+    record(variant, set_name, f"psnr_gt_t{spin}", psnr(g01[:, spin], gt_rgb[:, spin]).mean())
+    if "probe_mask" in ep:
+        record(variant, set_name, "probe_score", probe_score(colour_of, gen["frames"], ep, starts))
+        record(variant, set_name, "probe_score_return",
+               probe_score(colour_of, gen["frames"], ep, starts, slice(spin, spin + 1)))
+
+
+def _free_metrics(record, variant, set_name, gen, ep, pred, ev, spec):
+    n_steps = ep["frames"].shape[1] - 1
+    for h in ev.horizons:
+        if h <= n_steps:
+            record(variant, set_name, f"acc_h{h}", class_acc(pred[:, h], ep["cls"][:, h]))
+            if "labels" in gen:
+                record(variant, set_name, f"voxel_acc_h{h}", visible_voxel_acc(gen["labels"][:, h], ep, h))
+                record(variant, set_name, f"cam_pos_err_h{h}", camera_error(gen["cams"], ep, spec, h))
+    accs = [class_acc(pred[:, h], ep["cls"][:, h]) for h in ev.horizons if h <= n_steps]
+    if len(accs) >= 2:
+        record(variant, set_name, "acc_ratio_last_first", accs[-1] / max(accs[0], 1e-9))
+    record(variant, set_name, "warp_l1", warp_error(gen["frames"], ep, spec, min(32, n_steps)))
+    hist_gen = np.bincount(pred[:, 1:].ravel(), minlength=N_CLASSES).astype(float)
+    hist_gt = np.bincount(ep["cls"][:, 1:].ravel(), minlength=N_CLASSES).astype(float)
+    record(variant, set_name, "class_hist_js", js_divergence(hist_gen + 1e-9, hist_gt + 1e-9))
+
+
+def _set_variants(set_name: str, variants: list[str]) -> list[str]:
+    if set_name == "uniform":
+        return [v for v in variants if v in ("persist", "baseline", "copy_first")]
+    if set_name == "val_probe":        # premise only: the oracle row and a static control
+        return [v for v in variants if v in ("oracle", "copy_first")]
+    if set_name == "free":             # CPU budget: no criterion reads the oracle here
+        return [v for v in variants if v != "oracle"]
+    return list(variants)
+
+
 def rollout_eval_stage(cfg, ctx) -> None:
     seed = ctx.item["seed"]
     seed_everything(seed)
@@ -358,67 +491,48 @@ def rollout_eval_stage(cfg, ctx) -> None:
     spec = models.spec
     train = load_npz(ctx.inputs["rollout_env"] / "train.npz")
     classify = PixelClassifier(train["frames"], train["cls"])
-    sets = {name: load_npz(ctx.inputs["rollout_env"] / f"eval_{name}.npz")
-            for name in ("lookaround", "free", "uniform")}
+    colour_of = LandmarkColour(train["frames"], train["cls"])
+    sets = {name: load_npz(ctx.inputs["rollout_env"] / f"eval_{name}.npz") for name in SETS}
+    sets["val_probe"] = load_npz(ctx.inputs["rollout_env"] / "val_probe.npz")
     worlds = load_npz(ctx.inputs["gen_worlds"] / "worlds.npz")
     rows, summary = [], {}
     spin = spin_steps(cfg.world)
+    k_base = cfg.pixel_model.baseline_context
 
     def record(variant, set_name, metric, value):
         rows.append({"variant": variant, "set": set_name, "metric": metric, "value": float(value)})
         summary[f"{variant}_{set_name}_{metric}"] = float(value)
 
-    gt_look = sets["lookaround"]
-    summary["classifier_ceiling_acc"] = class_acc(classify(gt_look["frames"][:, :1] / 255), gt_look["cls"][:, :1])
+    starts = {name: probe_windows(sets[name]["probe_mask"]) for name in ("probe", "val_probe")}
+    for name in ("probe", "val_probe"):
+        ep = sets[name]
+        for key, value in probe_context(ep["probe_mask"], starts[name], k_base).items():
+            record("ground_truth", name, key, value)
+        record("ground_truth", name, "probe_score", probe_score(colour_of, ep["frames"], ep, starts[name]))
+    summary["classifier_ceiling_acc"] = class_acc(classify(sets["probe"]["frames"][:, :1] / 255),
+                                                  sets["probe"]["cls"][:, :1])
     generated = {}
-    total = len(ev.variants) * 3
-    done = 0
-    for variant in ev.variants:
-        for set_name in ("lookaround", "uniform", "free"):
-            ep = sets[set_name]
-            n_steps = ep["frames"].shape[1] - 1
-            gen = rollout(models, ep, variant, n_steps, seed)
-            generated[f"{variant}_{set_name}"] = gen["frames"]
-            pred = classify(gen["frames"] / 255)
-            gt_rgb = ep["frames"] / 255
-            g01 = gen["frames"] / 255
-            if set_name in ("lookaround", "uniform"):
-                for t in (spin, 2 * spin):
-                    if t <= n_steps:
-                        record(variant, set_name, f"acc_gt_t{t}", class_acc(pred[:, t], ep["cls"][:, t]))
-                        record(variant, set_name, f"acc_nonsky_t{t}",
-                               class_acc(pred[:, t], ep["cls"][:, t], ep["cls"][:, t] != AIR))
-                        record(variant, set_name, f"psnr_gt_t{t}", psnr(g01[:, t], gt_rgb[:, t]).mean())
-                if 2 * spin <= n_steps:
-                    record(variant, set_name, "psnr_self", psnr(g01[:, 2 * spin], g01[:, spin]).mean())
-                    record(variant, set_name, "agree_self",
-                           class_acc(pred[:, 2 * spin], pred[:, spin]))
-            else:
-                for h in ev.horizons:
-                    if h <= n_steps:
-                        record(variant, set_name, f"acc_h{h}", class_acc(pred[:, h], ep["cls"][:, h]))
-                        if "labels" in gen:
-                            record(variant, set_name, f"voxel_acc_h{h}", visible_voxel_acc(gen["labels"][:, h], ep, h))
-                            record(variant, set_name, f"cam_pos_err_h{h}", camera_error(gen["cams"], ep, spec, h))
-                accs = [class_acc(pred[:, h], ep["cls"][:, h]) for h in ev.horizons if h <= n_steps]
-                if len(accs) >= 2:
-                    record(variant, set_name, "acc_ratio_last_first", accs[-1] / max(accs[0], 1e-9))
-                record(variant, set_name, "warp_l1", warp_error(gen["frames"], ep, spec, min(32, n_steps)))
-                hist_gen = np.bincount(pred[:, 1:].ravel(), minlength=N_CLASSES).astype(float)
-                hist_gt = np.bincount(ep["cls"][:, 1:].ravel(), minlength=N_CLASSES).astype(float)
-                record(variant, set_name, "class_hist_js", js_divergence(hist_gen + 1e-9, hist_gt + 1e-9))
-            done += 1
-            ctx.progress(done, total, f"{variant} {set_name}")
-    # the ground-truth frames themselves: floors of the metrics
+    plan = [(v, s) for s in ("val_probe",) + SETS for v in _set_variants(s, ev.variants)]
+    for done, (variant, set_name) in enumerate(plan, 1):
+        ep = sets[set_name]
+        gen = rollout(models, ep, variant, ep["frames"].shape[1] - 1, seed)
+        generated[f"{variant}_{set_name}"] = gen["frames"]
+        pred = classify(gen["frames"] / 255)
+        if set_name == "free":
+            _free_metrics(record, variant, set_name, gen, ep, pred, ev, spec)
+        else:
+            _spin_metrics(record, variant, set_name, gen, ep, pred, spin, colour_of, starts.get(set_name))
+        ctx.progress(done, len(plan), f"{variant} {set_name}")
     ep = sets["free"]
     record("ground_truth", "free", "warp_l1", warp_error(ep["frames"], ep, spec, min(32, ep["frames"].shape[1] - 1)))
-    ious = edit_iou(models, sets["lookaround"], worlds["eval"], classify,
-                    min(ev.edit_episodes, len(sets["lookaround"]["frames"])), seed)
+    ious = edit_iou(models, sets["probe"], worlds["eval"], classify,
+                    min(ev.edit_episodes, len(sets["probe"]["frames"])), seed)
+    record("ground_truth", "edit", "visible_t0_pixels", ious.pop("visible_t0_pixels"))
     for variant, iou in ious.items():
         record(variant, "edit", "iou", iou)
     write_table(ctx.out_dir / "metrics.parquet", {k: [r[k] for r in rows] for k in rows[0]})
     save_npz(ctx.out_dir / "generated.npz", **generated)
-    _plot_spin(generated, sets["lookaround"], ctx.out_dir / "spin.png", spin)
+    _plot_spin(generated, sets["probe"], ctx.out_dir / "spin.png", spin)
     ctx.log_artifact(ctx.out_dir / "spin.png")
     ctx.write_metrics(summary)
 
@@ -430,8 +544,8 @@ def _plot_spin(generated, ep, path, spin) -> None:
     import matplotlib.pyplot as plt
 
     n_t = ep["frames"].shape[1]
-    ts = [t for t in (0, spin // 4, spin // 2, 3 * spin // 4, spin, 2 * spin) if t < n_t]
-    rows = ["ground_truth"] + [k for k in generated if k.endswith("_lookaround")]
+    ts = sorted({t for t in (0, spin // 4, spin // 2, 3 * spin // 4, spin - 3, spin) if 0 <= t < n_t})
+    rows = ["ground_truth"] + [k for k in generated if k.endswith("_probe")]
     fig, axes = plt.subplots(len(rows), len(ts), figsize=(1.6 * len(ts), 1.6 * len(rows)), squeeze=False)
     for r, name in enumerate(rows):
         frames = ep["frames"] if name == "ground_truth" else generated[name]
@@ -441,7 +555,7 @@ def _plot_spin(generated, ep, path, spin) -> None:
             axes[r, c].set_yticks([])
             if r == 0:
                 axes[r, c].set_title(f"t={t}", fontsize=8)
-        axes[r, 0].set_ylabel(name.replace("_lookaround", ""), fontsize=7)
+        axes[r, 0].set_ylabel(name.replace("_probe", ""), fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)

@@ -78,9 +78,20 @@ class VAE3D(nn.Module):
     def decode(self, z: torch.Tensor) -> torch.Tensor:
         return self.dec(z)  # logits (B, K, X, Y, Z)
 
-    def loss(self, labels: torch.Tensor, l2: float = 1e-3) -> torch.Tensor:
+    def loss(self, labels: torch.Tensor, l2: float = 1e-3,
+             class_weight: torch.Tensor | None = None) -> torch.Tensor:
         z = self.encode(labels)
-        return F.cross_entropy(self.decode(z), labels.long()) + l2 * z.pow(2).mean()
+        return F.cross_entropy(self.decode(z), labels.long(), weight=class_weight) + l2 * z.pow(2).mean()
+
+
+def class_weights(labels: np.ndarray, power: float, n_classes: int = N_CLASSES) -> torch.Tensor | None:
+    """Cross-entropy weights freq^-power, scaled so that the mean weight per voxel is 1: rare
+    classes (the landmarks, ~1 % of voxels) are otherwise never reconstructed. None for 0."""
+    if power == 0:
+        return None
+    freq = np.bincount(np.asarray(labels).ravel(), minlength=n_classes) / np.asarray(labels).size
+    w = (freq + 1e-6) ** -power
+    return torch.as_tensor(w / (w * freq).sum(), dtype=torch.float32)
 
 
 # ----------------------------------------------------------------------------- helpers

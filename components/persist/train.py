@@ -9,11 +9,11 @@ from components.common.io import load_torch, save_torch, write_json_atomic
 from components.common.seeds import seed_everything
 from components.common.train import fit
 from components.persist.data import env_spec, load_npz, save_npz
-from components.persist.models import (VAE3D, CameraModel, PixelUNet, WorldModel, count_params,
+from components.persist.models import (VAE3D, CameraModel, PixelUNet, WorldModel, class_weights, count_params,
                                        noise_context, plucker, rf_interpolate, rf_loss,
                                        to_unit, w2d_features)
 from components.persist.raycast import project
-from components.persist.world import EYE_HEIGHT, N_ACTIONS, NOOP
+from components.persist.world import EYE_HEIGHT, LANDMARKS, N_ACTIONS, NOOP
 
 
 def _set_threads():
@@ -38,22 +38,27 @@ def train_vae3d_stage(cfg, ctx) -> None:
             yield tr[torch.randint(len(tr), (v.batch_size,), generator=gen)]
 
     def evaluate(m):
-        return {"val/voxel_acc": voxel_accuracy(m, val), "val/solid_acc": voxel_accuracy(m, val, solid=True)}
+        return {"val/voxel_acc": voxel_accuracy(m, val), "val/solid_acc": voxel_accuracy(m, val, solid=True),
+                "val/landmark_acc": voxel_accuracy(m, val, classes=LANDMARKS)}
 
-    records = fit(model, batches(), lambda m, b: m.loss(b), steps=v.steps, lr=v.lr,
+    weight = class_weights(crops, v.class_weight_power)
+    records = fit(model, batches(), lambda m, b: m.loss(b, class_weight=weight), steps=v.steps, lr=v.lr,
                   warmup=v.steps // 20, ctx=ctx, eval_fn=evaluate,
                   eval_every=max(1, v.steps // 4), prefix="vae3d")
     save_torch(ctx.out_dir / "vae3d.pt", {"state": model.state_dict(),
                                           "args": dict(latent_channels=v.latent_channels, width=v.width)})
     last = records[-1]
     ctx.write_metrics({"final_loss": last["vae3d/loss"], "val_voxel_acc": last["val/voxel_acc"],
-                       "val_solid_voxel_acc": last["val/solid_acc"], "n_params": count_params(model)})
+                       "val_solid_voxel_acc": last["val/solid_acc"],
+                       "val_landmark_voxel_acc": last["val/landmark_acc"], "n_params": count_params(model)})
 
 
 @torch.no_grad()
-def voxel_accuracy(model: VAE3D, labels: torch.Tensor, solid: bool = False) -> float:
+def voxel_accuracy(model: VAE3D, labels: torch.Tensor, solid: bool = False, classes=None) -> float:
     pred = torch.cat([model.decode(model.encode(b)).argmax(1) for b in labels.split(64)])
     mask = labels != 0 if solid else torch.ones_like(labels, dtype=torch.bool)
+    if classes is not None:
+        mask = torch.isin(labels, torch.as_tensor(classes, dtype=labels.dtype))
     return float((pred == labels.long())[mask].float().mean())
 
 

@@ -129,6 +129,28 @@ def surface_z(vox: np.ndarray, x: int, y: int) -> int:
     return int(solid.max()) + 1 if len(solid) else 0
 
 
+def place_pillar(vox: np.ndarray, centre_xy: np.ndarray, width: int, height: int, cls: int,
+                 avoid: np.ndarray | None = None) -> np.ndarray | None:
+    """Stand a ``width`` x ``width`` x ``height`` pillar of ``cls`` on the surface around
+    ``centre_xy`` (in place). Returns its voxels (N, 3), or None when it would leave the world,
+    the height, or cover the column at ``avoid`` (the agent's feet)."""
+    x0, y0 = (np.floor(np.asarray(centre_xy) - (width - 1) / 2)).astype(int)
+    cols = [(x, y) for x in range(x0, x0 + width) for y in range(y0, y0 + width)]
+    if any(not (0 <= x < vox.shape[0] and 0 <= y < vox.shape[1]) for x, y in cols):
+        return None
+    if avoid is not None and (int(avoid[0]), int(avoid[1])) in cols:
+        return None
+    cells = []
+    for x, y in cols:
+        z = surface_z(vox, x, y)
+        if z + height > vox.shape[2]:
+            return None
+        cells += [(x, y, k) for k in range(z, z + height)]
+    cells = np.array(cells, dtype=np.int64)
+    vox[cells[:, 0], cells[:, 1], cells[:, 2]] = cls
+    return cells
+
+
 # ---------------------------------------------------------------------------------- agent
 @dataclass
 class Agent:

@@ -186,14 +186,81 @@ def test_rectified_flow_sampler_matches_two_gaussian_mixture():
     assert abs((x < 0).mean() - wts[0]) < 0.01
 
 
-def test_edit_inserts_a_pillar_on_the_surface():
-    from components.persist.evaluate import apply_edit
+def test_place_pillar_stands_on_the_surface():
+    vox = np.zeros((8, 8, 8), np.uint8)
+    vox[:, :, :3] = W.STONE
+    cells = W.place_pillar(vox, np.array([2.5, 5.5]), 1, 3, W.LM_CYAN)
+    assert list(vox[2, 5, 3:6]) == [W.LM_CYAN] * 3 and vox[2, 5, 6] == W.AIR
+    assert (vox == W.LM_CYAN).sum() == 3 and sorted(map(tuple, cells)) == [(2, 5, 3), (2, 5, 4), (2, 5, 5)]
+    assert W.place_pillar(vox, np.array([2.5, 5.5]), 1, 3, W.LM_RED, avoid=np.array([2.2, 5.9, 3.0])) is None
+    assert W.place_pillar(vox, np.array([7.9, 5.0]), 2, 3, W.LM_RED) is None      # leaves the world
 
-    labels = np.zeros((1, 8, 8, 8), np.uint8)
-    labels[0, :, :, :3] = W.STONE
-    out = apply_edit(labels, [(2, 5, W.LM_CYAN)])
-    assert list(out[0, 2, 5, 3:6]) == [W.LM_CYAN] * 3 and out[0, 2, 5, 6] == W.AIR
-    assert (out != labels).sum() == 3
+
+def test_class_weights_favour_rare_classes_with_unit_mean():
+    from components.persist.models import class_weights
+
+    labels = np.zeros(1000, np.uint8)
+    labels[:10] = W.LM_RED
+    w = class_weights(labels, 0.5).numpy()
+    freq = np.bincount(labels, minlength=W.N_CLASSES) / labels.size
+    assert w[W.LM_RED] > w[W.AIR] and abs((w * freq).sum() - 1) < 1e-5
+    assert class_weights(labels, 0.0) is None
+
+
+def _probe_set(n=4, seed=3, hw=(24, 24)):
+    from components.persist.config import Rollout
+    from components.persist.data import probe_set
+
+    spec = EnvSpec(size=40, height=16, crop=16, stride=4)
+    worlds = np.stack([W.generate_world(spec, 20 + i, 10, 6) for i in range(2)])
+    return spec, worlds, probe_set(worlds, spec, n, 24, hw, np.random.default_rng(seed), Rollout())
+
+
+def test_probe_leaves_view_for_longer_than_the_baseline_window_and_returns():
+    from components.persist.evaluate import probe_context, probe_windows
+
+    spec, _, ep = _probe_set()
+    assert (ep["probe_mask"][:, 0].sum((1, 2)) >= 6).all()          # in view at spawn
+    assert set(np.unique(ep["probe_colour"])) <= set(W.LANDMARKS)
+    assert (ep["cls"][ep["probe_mask"]] == np.repeat(ep["probe_colour"], 25 * 24 * 24).reshape(ep["probe_mask"].shape)[ep["probe_mask"]]).all()
+    starts = probe_windows(ep["probe_mask"])
+    assert (starts > 8).all() and (starts <= 24).all()
+    ctx = probe_context(ep["probe_mask"], starts, 8)
+    assert ctx["probe_context_pixels_max"] == 0 and ctx["probe_gap_min"] >= 8 and ctx["probe_found_frac"] == 1
+
+
+def test_probe_score_is_one_for_ground_truth_and_chance_for_a_wrong_colour():
+    from components.persist.evaluate import LandmarkColour, probe_score, probe_windows
+
+    _, _, ep = _probe_set(n=6)
+    starts = probe_windows(ep["probe_mask"])
+    colour_of = LandmarkColour(ep["frames"], ep["cls"])
+    assert probe_score(colour_of, ep["frames"], ep, starts) > 0.95
+    # paint every probe pixel in the next landmark colour: the score drops to 0
+    wrong = ep["frames"].copy()
+    for i, c in enumerate(ep["probe_colour"]):
+        nxt = W.LANDMARKS[(W.LANDMARKS.index(int(c)) + 1) % 3]
+        wrong[i][ep["probe_mask"][i]] = np.round(W.PALETTE[nxt] * 255).astype(np.uint8)
+    assert probe_score(colour_of, wrong, ep, starts) < 0.05
+
+
+def test_edit_is_out_of_view_at_the_start_and_in_view_half_a_turn_later():
+    """Regression (the edit test sampled the edited frame at t = 0 with the unedited frame as
+    history, which P was trained to copy): the edited pillar now lies behind the agent, so only
+    the edited world state can show it."""
+    from components.persist.evaluate import _cells_mask, edit_cells, edited_world, gt_view
+
+    spec, worlds, ep = _probe_set(n=4)
+    for i in range(4):
+        cells, colour = edit_cells(ep, worlds, spec, i, 3.0)
+        assert len(cells) == 3 and colour != ep["probe_colour"][i]
+        vox = edited_world(worlds, ep, i, cells, colour)
+        o = ep["origins"][i, 0].astype(np.int64)
+        at0 = gt_view(vox, ep["cams"][i, 0], o, spec, (24, 24))
+        at12 = gt_view(vox, ep["cams"][i, 12], o, spec, (24, 24))
+        assert _cells_mask(at0["cell"][0], cells).sum() == 0
+        assert np.allclose(at0["rgb"][0], ep["frames"][i, 0] / 255, atol=1 / 255)   # probe world rebuilt
+        assert _cells_mask(at12["cell"][0], cells).sum() > 0
 
 
 def test_warp_error_is_small_for_ground_truth_and_large_for_noise():
@@ -233,10 +300,11 @@ def test_models_shapes(profile):
     assert tuple(z.shape[2:]) == g and vae.decode(z).shape == (2, W.N_CLASSES, *lab.shape[1:])
     wm = build_world_model(cfg.world_model, cfg.vae3d.latent_channels, g, cfg.world.frame)
     b, f = 2, cfg.world.frame
-    v = wm(torch.randn(2, 8, *g), torch.rand(b), torch.randn(2, 8, *g), torch.ones(2, 1, *g),
+    m = cfg.vae3d.latent_channels
+    v = wm(torch.randn(2, m, *g), torch.rand(b), torch.randn(2, m, *g), torch.ones(2, 1, *g),
            torch.zeros(b, dtype=torch.long), torch.randn(b, 10), torch.randn(b, 10),
            torch.randn(b, 3, f, f), torch.randn(b, 6, f // 4, f // 4), torch.rand(b), torch.zeros(b))
-    assert v.shape == (2, 8, *g)
+    assert v.shape == (2, m, *g)
     for variant in ("persist", "baseline"):
         pm = build_pixel_model(cfg.pixel_model, variant)
         k = cfg.pixel_model.persist_context if variant == "persist" else cfg.pixel_model.baseline_context

@@ -23,12 +23,15 @@ def test_persist_smoke_end_to_end(tmp_path):
 
     ev = result.metrics("persist", "rollout_eval", "0")
     # same pose in a static world: repeating o_0 scores exactly the classifier's own ceiling
-    assert ev["copy_first_lookaround_acc_gt_t4"] == pytest.approx(ev["classifier_ceiling_acc"])
+    assert ev["copy_first_probe_acc_gt_t4"] == pytest.approx(ev["classifier_ceiling_acc"])
+    assert ev["ground_truth_probe_probe_score"] > 0.9         # the colour reader on GT frames
+    assert ev["ground_truth_edit_visible_t0_pixels"] == 0     # the edit is out of view at t = 0
     metrics = read_table(result.out("persist", "rollout_eval", "0") / "metrics.parquet").to_pandas()
     assert set(metrics.variant) >= {"persist", "persist_w0", "oracle", "baseline", "copy_first"}
     assert metrics.value.map(math.isfinite).all() or metrics[~metrics.value.map(math.isfinite)].metric.eq("iou").all()
     crit = read_json(result.out("persist", "report") / "criteria.json")
-    assert {"P1_pass", "P2_pass", "P3_pass"} <= set(crit)
+    assert {"P1_oracle_val_probe_score", "P2_val_context_probe_pixels_max", "C1_pass", "C2_pass",
+            "C3_pass"} <= set(crit)
 
     again = run_in_temp_project("persist", tmp_path / "project", profile="smoke")
     assert again.executed == []
