@@ -54,14 +54,32 @@ def parse_overrides(pairs: list[str], seeds: list[int] | None) -> dict[str, Any]
     return overrides
 
 
-def cmd_list(args: argparse.Namespace) -> None:
+def cmd_list(args: argparse.Namespace, with_wall_time: bool = False) -> None:
     from flows.runtime import registry
 
     for method in registry.all_methods():
-        print(f"{method.name:12s} {method.title}")
+        wall = f"  [small: {small_wall_time(method.name)}]" if with_wall_time else ""
+        print(f"{method.name:12s} {method.title}{wall}")
         for stage in method.stages:
             fan = f"  [fan-out over {', '.join(stage.fan_out)}]" if stage.fan_out else ""
             print(f"    {stage.name}{fan}")
+
+
+def small_wall_time(method: str) -> str:
+    """The method's measured small-profile wall time: ``small_wall_s`` in the front matter of
+    its CLAIMS.md (written by whoever measured it), or 'not recorded'."""
+    from flows.runtime.claims import claims_file, split_front_matter
+    from flows.runtime.project import Project
+
+    try:
+        path = claims_file(Project.find().root, method)
+        front, _ = split_front_matter(path.read_text())
+        seconds = float((yaml.safe_load(front) or {}).get("small_wall_s")) if front else None
+    except (SystemExit, OSError, TypeError, ValueError, yaml.YAMLError):
+        seconds = None
+    if seconds is None:
+        return "wall time not recorded"
+    return f"~{seconds / 60:.0f} min" if seconds >= 90 else f"~{seconds:.0f} s"
 
 
 def known_methods(names: list[str]) -> list[str]:
@@ -78,14 +96,19 @@ def known_methods(names: list[str]) -> list[str]:
 def cmd_run(args: argparse.Namespace) -> None:
     from flows.runtime import registry, runner
 
+    if not args.methods:
+        print("repro run METHOD|all: which method? (measured small-profile wall times in brackets)")
+        cmd_list(args, with_wall_time=True)
+        return
     names = registry.method_names() if args.methods == ["all"] else known_methods(args.methods)
     selection = runner.Selection(only=frozenset(args.only or ()), start=args.start,
-                                 force=frozenset(args.force or ()))
+                                 force=frozenset(args.force or ()), to=args.to)
     try:
         runner.run(names, profile=args.profile, selection=selection,
                    overrides=parse_overrides(args.set or [], args.seeds),
                    executor=args.executor, ray_address=args.ray_address,
-                   data_root=args.data_root, dvc_remote=args.dvc_remote, wait=not args.no_wait)
+                   data_root=args.data_root, dvc_remote=args.dvc_remote, wait=not args.no_wait,
+                   dry_run=args.dry_run, run_name=args.run_name)
     except runner.StageFailure as err:
         raise SystemExit(f"[repro] {err}") from None
     except KeyboardInterrupt as err:
@@ -108,11 +131,13 @@ def cmd_status(args: argparse.Namespace) -> None:
         for name in names:
             method = registry.get(name)
             params = pipeline.read_params(project, method)
+            stale = bridge.pipeline_status(project.pipeline_file(name))  # one DVC call per method
             print(f"{name} (profile {params.get('profile')}):")
             for stage in method.stages:
                 for inst in runner.instances(project, method, stage, params):
-                    status = bridge.status(inst.addr)
-                    state = "up to date" if status.up_to_date else "stale"
+                    status = stale.get(inst.name)
+                    state = "stale" if status else "up to date"
+                    status = status or runner.Staleness(inst.addr, ())
                     print(f"  {inst.name:28s} {state}")
                     for reason in status.reasons:
                         print(f"      {reason}")
@@ -159,6 +184,10 @@ def cmd_report(args: argparse.Namespace) -> None:
 
 
 def cmd_ui(args: argparse.Namespace) -> None:
+    """The MLflow UI and a persistent Prefect server (its database under the project), both on
+    127.0.0.1; ``repro run`` uses that Prefect server while it answers. Ctrl-C stops both."""
+    from flows.runtime import prefect_server
+    from flows.runtime.processes import serve_until_stopped, start_group, stop_group
     from flows.runtime.project import Project, set_offline_env
 
     project = Project.find()
@@ -167,10 +196,23 @@ def cmd_ui(args: argparse.Namespace) -> None:
     command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", project.tracking_uri,
                "--default-artifact-root", project.artifact_root,
                "--host", "127.0.0.1", "--port", str(args.port), "--workers", "1"]
+    prefect = None
+    if args.prefect_port:
+        env_prefect = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+        prefect = start_group(prefect_server.server_command(sys.executable, args.prefect_port),
+                              env=env_prefect)
+        api_url = f"http://127.0.0.1:{args.prefect_port}/api"
+        prefect_server.write_record(project, api_url)
+        print(f"[repro] Prefect UI on http://127.0.0.1:{args.prefect_port} (API {api_url}; "
+              "`repro run` uses it while it runs)", flush=True)
     print(f"[repro] MLflow UI on http://127.0.0.1:{args.port} (Ctrl-C to stop)", flush=True)
-    from flows.runtime.processes import serve_until_stopped, start_group
-
-    raise SystemExit(serve_until_stopped(start_group(command, env=env)))
+    try:
+        code = serve_until_stopped(start_group(command, env=env))
+    finally:
+        if prefect is not None:
+            stop_group(prefect)
+            prefect_server.record_file(project).unlink(missing_ok=True)
+    raise SystemExit(code)
 
 
 def cmd_gen(args: argparse.Namespace) -> None:
@@ -238,12 +280,19 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("list", help="registered methods and their stages").set_defaults(func=cmd_list)
 
     run = sub.add_parser("run", help="run (or resume) methods: only stale stages execute")
-    run.add_argument("methods", nargs="+", metavar="METHOD", help="method name(s), or 'all'")
+    run.add_argument("methods", nargs="*", metavar="METHOD",
+                     help="method name(s), or 'all'; none: list the methods with their small wall times")
     run.add_argument("--profile", choices=["smoke", "small", "paper"],
                      help="params profile (default: 'profile' in params.yaml, i.e. small)")
-    run.add_argument("--only", action="append", metavar="STAGE", help="consider only this stage (repeatable)")
+    run.add_argument("--only", action="append", metavar="STAGE[@ITEM]",
+                     help="consider only this stage, or one fan-out item of it (repeatable)")
     run.add_argument("--from", dest="start", metavar="STAGE", help="consider this stage and everything downstream")
-    run.add_argument("--force", action="append", metavar="STAGE", help="re-run this stage even if up to date")
+    run.add_argument("--to", metavar="STAGE", help="consider this stage and everything it needs")
+    run.add_argument("--force", action="append", metavar="STAGE[@ITEM]",
+                     help="re-run this stage (or one fan-out item) even if up to date")
+    run.add_argument("--dry-run", action="store_true",
+                     help="say what would run or be restored from the run-cache, and why; run nothing")
+    run.add_argument("--run-name", metavar="NAME", help="name of the MLflow parent run")
     run.add_argument("--executor", choices=["threads", "ray"], help="where tasks run (default from params.yaml)")
     run.add_argument("--ray-address", metavar="ADDR",
                      help="an existing Ray cluster (implies --executor ray; env REPRO_RAY_ADDRESS)")
@@ -278,8 +327,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="instead, regenerate the method table in README.md from CLAIMS.md and committed metrics")
     rep.set_defaults(func=cmd_report)
 
-    ui = sub.add_parser("ui", help="the MLflow UI on 127.0.0.1 over the project's tracking store")
+    ui = sub.add_parser("ui", help="the MLflow UI and a persistent Prefect server on 127.0.0.1")
     ui.add_argument("--port", type=int, default=5000)
+    ui.add_argument("--prefect-port", type=int, default=4200,
+                    help="the persistent Prefect server's port (0: do not start one)")
     ui.set_defaults(func=cmd_ui)
 
     gen = sub.add_parser("gen", help="write every method's data/<m>/dvc.yaml from its declaration")

@@ -89,6 +89,8 @@ class Claims(BaseModel):
     seeds: list[int] = []
     criteria: list[Criterion]
     plots: list[Plot] = []
+    small_wall_s: float | None = None
+    """Measured wall time of ``repro run <method>`` (small profile), shown by ``repro run``."""
 
     @model_validator(mode="after")
     def _requires_names_premises(self) -> "Claims":

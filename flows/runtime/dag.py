@@ -47,6 +47,10 @@ class Stage:
     fan_out: dict[str, str] = field(default_factory=dict)
     """``{item_name: "dotted.config.path"}``: one stage instance per combination of the listed
     config lists, e.g. ``{"variant": "rl.variants", "seed": "seeds"}``. Instances run in parallel."""
+    item_deps: tuple[str, ...] = ()
+    """Fan-out deps of which each instance reads only the item with its own key
+    (``ctx.inputs[name]`` is that item's folder): DVC tracks that item alone, so adding a
+    seed runs only the new items all the way down. Both stages fan out over the same axes."""
     metrics: bool = True
     resources: Resources = Resources()
     retries: int = 0
@@ -92,6 +96,10 @@ class Method:
             missing = [d for d in stage.deps if d not in seen]
             if missing:
                 raise ValueError(f"{self.name}.{stage.name}: deps {missing} must be declared before it")
+            for dep in stage.item_deps:
+                if dep not in stage.deps or self.stage(dep).fan_out != stage.fan_out or not stage.fan_out:
+                    raise ValueError(f"{self.name}.{stage.name}: item_deps {dep!r} must be one of its deps "
+                                     "and fan out over the same axes as it does")
             seen.add(stage.name)
 
     def stage(self, name: str) -> Stage:
@@ -106,10 +114,30 @@ class Method:
 
     @property
     def code_paths(self) -> tuple[str, ...]:
-        """Code whose change makes every stage of the method stale (DVC deps)."""
+        """Code whose change makes every stage of the method stale (DVC deps), by folder."""
         if self.code is not None:
             return self.code
         return (f"components/{self.name}", "components/common", f"flows/{self.name}.py")
+
+    def all_code_paths(self) -> tuple[str, ...]:
+        """Every code path any stage depends on, either way of counting (to copy a project)."""
+        by_imports = {p for s in self.stages for p in self.stage_code_paths(s, by_imports=True)}
+        return tuple(sorted(set(self.code_paths) | by_imports))
+
+    def stage_code_paths(self, stage: Stage, by_imports: bool = False) -> tuple[str, ...]:
+        """Code whose change makes this stage stale (DVC deps). ``by_imports``: the
+        ``components/`` files its function and the method's config import (transitively),
+        non-Python files of the method's package (data a stage may read; not its Markdown),
+        and ``flows/<name>.py``; otherwise ``code_paths``. ``code`` given in the declaration
+        replaces either (throw-away test methods)."""
+        if self.code is not None or not by_imports:
+            return self.code_paths
+        from flows.runtime.codedeps import component_files, package_data_files
+
+        modules = (stage.func.partition(":")[0], self.config.partition(":")[0])
+        files = {f for module in modules for f in component_files(module)}
+        files |= set(package_data_files(f"components/{self.name}"))
+        return (*sorted(files), f"flows/{self.name}.py")
 
     def descendants(self, names: set[str]) -> set[str]:
         out = set(names)

@@ -58,20 +58,51 @@ class DvcBridge:
             reasons = [str(found)]
         return Staleness(addr, tuple(reasons))
 
-    def restore_from_run_cache(self, addr: str) -> bool:
+    def pipeline_status(self, pipeline_file: Path) -> dict[str, Staleness]:
+        """Every stale instance of one pipeline file, keyed by its name (``stage`` or
+        ``stage@item``), from one ``Repo.status`` call: DVC parses the file and its lock once,
+        where one call per instance parses them again each time."""
+        self.repo._reset()
+        found = self.repo.status(targets=[str(pipeline_file)])
+        out = {}
+        for addr, entries in found.items():
+            name = addr.rpartition(":")[2]
+            reasons = [r for entry in entries for r in _explain(entry)]
+            out[name] = Staleness(addr, tuple(reasons or [str(entries)]))
+        return out
+
+    def restore_from_run_cache(self, addr: str, dry_run: bool = False) -> bool:
         """If DVC's run-cache has this stage with the current deps and params, check its
-        outputs out and record it; returns True when nothing has to run."""
+        outputs out and record it; returns True when nothing has to run. ``dry_run``: only
+        say whether it could (nothing is checked out or recorded)."""
         from dvc.repo import lock_repo
         from dvc.stage.cache import RunCacheNotFoundError
 
         with lock_repo(self.repo):
             stage = self._stage(addr)
+            if dry_run:
+                return self._in_run_cache(stage)
             try:
                 self.repo.stage_cache.restore(stage)
             except RunCacheNotFoundError:
                 return False
         self.commit(addr)
         return True
+
+    def _in_run_cache(self, stage) -> bool:
+        """What ``stage_cache.restore`` would find, without checking anything out. (Its own
+        ``dry`` mode keys the run-cache by the hashes in dvc.lock, not today's.)"""
+        cache_module = __import__("dvc.stage.cache", fromlist=["_can_hash"])
+        if not cache_module._can_hash(stage):
+            return False
+        if (not stage.changed_stage() and stage.deps_cached()
+                and all(bool(out.hash_info) for out in stage.outs)):
+            return stage.outs_cached()     # the lock's own outputs
+        stage.save_deps()                  # in memory: today's hashes make the run-cache key
+        entry = self.repo.stage_cache._load(stage)
+        if not entry:
+            return False
+        return self.repo.stage_cache._create_stage(entry, wdir=stage.wdir).outs_cached()
 
     def commit(self, addr: str) -> dict[str, Any]:
         """Record a finished stage: dvc.lock entry, outputs into the cache, run-cache entry.

@@ -71,13 +71,18 @@ class StageRecord:
         return asdict(self)
 
 
-def stage_inputs(project: Project, method: Method, stage_name: str, params: dict[str, Any]) -> dict[str, Any]:
+def stage_inputs(project: Project, method: Method, stage_name: str, params: dict[str, Any],
+                 item_key: str | None = None) -> dict[str, Any]:
     """Output folders of the upstream stages; a fan-out upstream gives ``{item_key: Path}``
-    restricted to the items of the current config (stale leftovers are ignored)."""
+    restricted to the items of the current config (stale leftovers are ignored), or, for an
+    ``item_deps`` upstream, the folder of the item with this instance's key."""
     inputs: dict[str, Any] = {}
     fanouts = params.get(pipeline.FANOUT_KEY, {})
-    for dep in method.stage(stage_name).deps:
-        if method.stage(dep).fan_out:
+    stage = method.stage(stage_name)
+    for dep in stage.deps:
+        if dep in stage.item_deps:
+            inputs[dep] = project.stage_out(method.name, dep, item_key)
+        elif method.stage(dep).fan_out:
             inputs[dep] = {key: project.stage_out(method.name, dep, key) for key in fanouts[dep]}
         else:
             inputs[dep] = project.stage_out(method.name, dep)
@@ -216,13 +221,13 @@ def run_stage(project: Project, method_name: str, stage_name: str, item_key: str
         store = DataRoot(data_root)
         scratch = Path(tempfile.mkdtemp(prefix="repro-stage-"))
         tmp = scratch / "out"
-        inputs = fetch_inputs(store, method, stage_name, params, scratch / "in")
+        inputs = fetch_inputs(store, method, stage_name, params, scratch / "in", item_key)
     else:
         store, scratch = None, None
         final.parent.mkdir(parents=True, exist_ok=True)
         clean_stale_temps(final)
         tmp = temp_dir_for(final)
-        inputs = stage_inputs(project, method, stage_name, params)
+        inputs = stage_inputs(project, method, stage_name, params, item_key)
     ctx = LocalContext(out_dir=tmp, inputs=inputs, item=item, on_progress=on_progress)
     stage_function = stage.load()  # imports the stage's module (and torch) before limiting threads
     started = time.time()
@@ -251,11 +256,13 @@ def run_stage(project: Project, method_name: str, stage_name: str, item_key: str
                        node=node_info(), data_root_files=files if store is not None else None)
 
 
-def fetch_inputs(store, method: Method, stage_name: str, params: dict[str, Any], into: Path) -> dict[str, Any]:
+def fetch_inputs(store, method: Method, stage_name: str, params: dict[str, Any], into: Path,
+                 item_key: str | None = None) -> dict[str, Any]:
     """Upstream outputs from the data root into node-local scratch, shaped like ``stage_inputs``."""
-    local = stage_inputs(Project(into), method, stage_name, params)
+    local = stage_inputs(Project(into), method, stage_name, params, item_key)
     for dep, value in local.items():
-        targets = value.items() if isinstance(value, dict) else [(None, value)]
+        key = item_key if dep in method.stage(stage_name).item_deps else None
+        targets = value.items() if isinstance(value, dict) else [(key, value)]
         for key, path in targets:
             store.download_dir(store.path(method.name, dep, key), path)
     return local

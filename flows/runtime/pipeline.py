@@ -58,11 +58,14 @@ def _tracked_params(method: Method, stage: Stage, config_class: type[MethodConfi
             keys.append(key)
     if stage.fan_out:
         keys.append(f"{FANOUT_KEY}.{stage.name}.${{key}}")
-    keys += [f"{FANOUT_KEY}.{dep}" for dep in stage.deps if method.stage(dep).fan_out]
+    keys += [f"{FANOUT_KEY}.{dep}" for dep in stage.deps
+             if method.stage(dep).fan_out and dep not in stage.item_deps]
     return keys
 
 
-def stage_spec(method: Method, stage: Stage) -> dict[str, Any]:
+def stage_spec(method: Method, stage: Stage, code_deps: str = "folders") -> dict[str, Any]:
+    """``code_deps``: ``folders`` (the method's and the common components folders) or
+    ``imports`` (only the files the stage imports; see ``codedeps``)."""
     config_class = method.config_class()
     unknown = [k for k in stage.params if k not in config_class.model_fields]
     if unknown:
@@ -70,7 +73,8 @@ def stage_spec(method: Method, stage: Stage) -> dict[str, Any]:
     suffix = "/${key}" if stage.fan_out else ""
     spec: dict[str, Any] = {
         "cmd": f"repro exec {method.name} {stage.name}" + (" --item ${key}" if stage.fan_out else ""),
-        "deps": [f"../../{p}" for p in method.code_paths] + list(stage.deps),
+        "deps": [f"../../{p}" for p in method.stage_code_paths(stage, by_imports=code_deps == "imports")]
+                + [f"{d}/${{key}}" if d in stage.item_deps else d for d in stage.deps],
     }
     params = _tracked_params(method, stage, config_class)
     if params:
@@ -86,8 +90,8 @@ def stage_spec(method: Method, stage: Stage) -> dict[str, Any]:
     return spec
 
 
-def pipeline_document(method: Method) -> dict[str, Any]:
-    return {"stages": {s.name: stage_spec(method, s) for s in method.stages}}
+def pipeline_document(method: Method, code_deps: str = "folders") -> dict[str, Any]:
+    return {"stages": {s.name: stage_spec(method, s, code_deps) for s in method.stages}}
 
 
 def render_yaml(doc: dict[str, Any], header: str = "") -> str:
@@ -105,7 +109,8 @@ def write_if_changed(path: Path, text: str) -> bool:
 
 
 def write_pipeline(project: Project, method: Method) -> bool:
-    text = render_yaml(pipeline_document(method), PIPELINE_HEADER.format(name=method.name))
+    code_deps = project.settings()["code_deps"] if (project.root / "params.yaml").is_file() else "folders"
+    text = render_yaml(pipeline_document(method, code_deps), PIPELINE_HEADER.format(name=method.name))
     return write_if_changed(project.pipeline_file(method.name), text)
 
 

@@ -5,6 +5,7 @@ Imported only when something has to run (prefect, mlflow and ray cost seconds to
 from __future__ import annotations
 
 import os
+import queue
 import secrets
 import sys
 import time
@@ -16,11 +17,10 @@ from typing import Any
 from prefect import flow, task
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import NO_CACHE
-from prefect.futures import as_completed
 from prefect.logging import get_run_logger
 
 from flows.runtime import execute as execute_mod
-from flows.runtime import interrupt, workers
+from flows.runtime import display, interrupt, workers
 from flows.runtime.dvc_bridge import DvcBridge
 from flows.runtime.processes import die_with_parent
 from flows.runtime.project import Project
@@ -43,6 +43,9 @@ class _ProgressReporter:
             return
         self.last = now
         pct = 100.0 * done / max(total, 1)
+        live = display.current()
+        if live is not None:  # the driver's terminal display (local executor)
+            live.progress(self.name, done, total)
         get_run_logger().info(f"{self.name}: {done}/{total} ({pct:.0f}%) {message}")
         try:
             if self.artifact_id is None:
@@ -65,7 +68,10 @@ def _run_stage(root: str, method: str, stage: str, item_key: str | None,
            "data_root": data_root}
     pool = workers.active()
     if pool is not None:
+        live = display.current()
         with workers.gpu_slot(num_gpus) as device:
+            if live is not None:
+                live.set(name, "running")
             return pool.run({"root": root, **job, "cuda_device": device}, _ProgressReporter(name))
     try:
         record = execute_mod.run_stage(Project(Path(root)), on_progress=_ProgressReporter(name), **job)
@@ -121,7 +127,7 @@ def _resource_options(executor: str, inst: Instance, profile: str):
     return remote_options(**options)
 
 
-def _api_server(executor: str, settings: ScaleOut, stack: ExitStack) -> None:
+def _api_server(executor: str, settings: ScaleOut, stack: ExitStack, project: Project | None = None) -> None:
     """One Prefect API server for the run, started here and stopped when the run ends or is
     interrupted (left to itself, Prefect starts a temporary one that a signal could orphan).
     Under Ray every worker would otherwise start its own; they reach this one through
@@ -132,9 +138,20 @@ def _api_server(executor: str, settings: ScaleOut, stack: ExitStack) -> None:
     as is."""
     if os.environ.get("PREFECT_API_URL"):
         return
-    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
 
-    from prefect.settings import PREFECT_API_AUTH_STRING
+    persistent = None
+    if project is not None and not settings.ray_address:  # remote workers cannot reach 127.0.0.1
+        from flows.runtime.prefect_server import persistent_api_url
+
+        persistent = persistent_api_url(project)
+    if persistent:
+        say(f"Prefect: using the persistent server {persistent} (`repro ui`)")
+        os.environ["PREFECT_API_URL"] = persistent
+        stack.callback(os.environ.pop, "PREFECT_API_URL", None)
+        stack.enter_context(temporary_settings({PREFECT_API_URL: persistent}))
+        stack.callback(_flush_prefect_services)
+        return
 
     host = driver_host(settings) if executor == "ray" else "127.0.0.1"
     auth = None if is_loopback(host) else f"repro:{secrets.token_urlsafe(24)}"
@@ -201,10 +218,6 @@ def _reachable_server(host: str, auth: str | None = None):
     return ReachableServer(port)
 
 
-def _upstream(plan: Plan, inst: Instance) -> list[str]:
-    return [other.name for other in plan.run if other.stage.name in inst.stage.deps]
-
-
 @dataclass
 class _Driver:
     """What the flow body needs in the driver process. Kept out of the flow's arguments and
@@ -227,25 +240,115 @@ def _method_flow(driver_key: str) -> str:
 
     interrupt.reclaim_sigterm()
     d = _DRIVERS[driver_key]
-    method, total = d.plan.method, len(d.plan.run)
     d.tracker.client.set_tag(d.parent, "prefect_flow_run_id", str(flow_run.id))
-    progress = create_progress_artifact(progress=0.0, key=f"{method.name}-stages".replace("_", "-"),
-                                        description=f"{method.name}: stages done / {total}")
-    futures = {}
-    for inst in d.plan.run:
-        waits = [futures[n] for n in _upstream(d.plan, inst) if n in futures]
-        with _resource_options(d.executor, inst, d.plan.profile):
-            futures[inst.name] = run_stage_task.with_options(
-                name=f"{method.name}.{inst.stage.name}", task_run_name=inst.name,
-                retries=inst.stage.retries,
-            ).submit(str(d.project.root), method.name, inst.stage.name, inst.item_key,
-                     d.plan.params, d.data_root, inst.stage.resources.gpus(d.plan.profile),
-                     wait_for=waits)
-    by_future = {id(f): inst for inst, f in zip(d.plan.run, futures.values())}
-    for future in as_completed(list(futures.values())):
-        _record(d, by_future[id(future)], future)
-        update_progress_artifact(progress, progress=100.0 * len(d.outcome.executed) / total)
+    _Schedule(d).run()
     return d.parent
+
+
+class _Schedule:
+    """Submits an instance once everything it reads is recorded. A pending instance (one
+    downstream of a re-run) is first asked of DVC again: up to date when its upstream came out
+    byte-identical, restorable from the run-cache, or stale (then it runs)."""
+
+    def __init__(self, d: _Driver):
+        self.d, self.plan = d, d.plan
+        self.futures: dict[str, Any] = {}
+        self.resolved: dict[str, str] = {}   # name -> executed | failed | up_to_date | restored | not_run
+        self.finished: queue.Queue = queue.Queue()
+        self.pending = {inst.name for inst in self.plan.pending}
+        self.work = self.plan.work
+        self.upstream = {inst.name: self.plan.upstream(inst) for inst in self.work}
+        self.total = len(self.work)
+        method = self.plan.method.name
+        self.progress = create_progress_artifact(
+            progress=0.0, key=f"{method}-stages".replace("_", "-"),
+            description=f"{method}: stage instances resolved / {self.total}")
+
+    def run(self) -> None:
+        self.advance()
+        while any(name not in self.resolved for name in self.futures):
+            inst, future = self._next_finished()
+            _record(self.d, inst, future)
+            outcome = self.d.outcome
+            self.resolved[inst.name] = ("executed" if inst.name in outcome.executed else
+                                        "failed" if inst.name in outcome.failed else "not_run")
+            self._show(inst.name)
+            update_progress_artifact(self.progress, progress=100.0 * len(self.resolved) / self.total)
+            if not interrupt.interrupted():
+                self.advance()
+
+    def _settle(self, inst: Instance, state: str, listed: list[str], message: str) -> None:
+        """A pending instance that DVC settled without running it."""
+        listed.append(inst.name)
+        self.resolved[inst.name] = state
+        self._show(inst.name)
+        self._share(inst)
+        say(f"{self.plan.method.name}: {inst.name} {message}")
+
+    def _share(self, inst: Instance) -> None:
+        """With a data root, an output settled here (not by a worker) goes there for downstream."""
+        if self.d.data_root:
+            from flows.runtime.dataroot import DataRoot
+
+            store, method = DataRoot(self.d.data_root), self.plan.method.name
+            store.upload_dir(self.d.project.stage_out(method, inst.stage.name, inst.item_key),
+                             store.path(method, inst.stage.name, inst.item_key))
+
+    def _show(self, name: str) -> None:
+        live = display.current()
+        if live is not None:
+            live.set(name, {"executed": "done", "not_run": "skipped", "up_to_date": "up to date"}
+                     .get(self.resolved[name], self.resolved[name]))
+
+    def _next_finished(self):
+        while True:  # a timeout keeps the main thread responsive to Ctrl-C / SIGTERM
+            try:
+                return self.finished.get(timeout=0.5)
+            except queue.Empty:
+                continue
+
+    def advance(self) -> None:
+        """Settle or submit every instance whose upstream is all resolved, until none changes."""
+        changed = True
+        while changed:
+            changed = False
+            for inst in self.work:
+                if inst.name in self.resolved or inst.name in self.futures:
+                    continue
+                upstream = self.upstream[inst.name]
+                states = [self.resolved.get(u.name) for u in upstream]
+                if any(s in ("failed", "not_run") for s in states):
+                    self.resolved[inst.name] = "not_run"
+                    self._show(inst.name)
+                    changed = True
+                elif all(states):
+                    changed = self._start(inst, upstream) or changed
+
+    def _start(self, inst: Instance, upstream: list[Instance]) -> bool:
+        """Returns True when the instance was settled without running."""
+        d = self.d
+        if inst.name in self.pending:
+            with interrupt.deferred():
+                status = d.bridge.status(inst.addr)
+                if status.up_to_date:
+                    self._settle(inst, "up_to_date", d.outcome.up_to_date, "up to date (upstream outputs unchanged)")
+                    return True
+                if d.bridge.restore_from_run_cache(inst.addr):
+                    self._settle(inst, "restored", d.outcome.restored, "restored from the DVC run-cache")
+                    return True
+            self.plan.reasons[inst.name] = list(status.reasons)
+            say(f"{self.plan.method.name}: will run {inst.name} ({'; '.join(status.reasons)})")
+        waits = [self.futures[u.name] for u in upstream if u.name in self.futures]
+        with _resource_options(d.executor, inst, self.plan.profile):
+            future = run_stage_task.with_options(
+                name=f"{self.plan.method.name}.{inst.stage.name}", task_run_name=inst.name,
+                retries=inst.stage.retries,
+            ).submit(str(d.project.root), self.plan.method.name, inst.stage.name, inst.item_key,
+                     self.plan.params, d.data_root, inst.stage.resources.gpus(self.plan.profile),
+                     wait_for=waits)
+        self.futures[inst.name] = future
+        future.add_done_callback(lambda f, inst=inst: self.finished.put((inst, f)))
+        return False
 
 
 method_flow = flow(log_prints=True)(_method_flow)
@@ -265,7 +368,7 @@ def run_flow(project: Project, bridge: DvcBridge, plan: Plan, outcome: Outcome,
         tags["ray_address"] = settings.ray_address
     if settings.data_root:
         tags["data_root"] = settings.data_root
-    parent = tracker.start_parent(method.name, plan.profile, params, tags)
+    parent = tracker.start_parent(method.name, plan.profile, params, tags, plan.run_name)
     outcome.parent_run_id = parent
     _DRIVERS[parent] = _Driver(project, bridge, tracker, plan, outcome, executor, parent,
                                settings.data_root)
@@ -273,9 +376,9 @@ def run_flow(project: Project, bridge: DvcBridge, plan: Plan, outcome: Outcome,
     with ExitStack() as stack:
         stack.callback(_DRIVERS.pop, parent, None)
         try:
-            _api_server(executor, settings, stack)  # before the task runner: workers need its URL
+            _api_server(executor, settings, stack, project)  # before the task runner: workers need its URL
             if executor == "threads":  # stage code runs in worker processes, not these threads
-                pool = stack.enter_context(workers.pool(min(os.cpu_count() or 2, len(plan.run))))
+                pool = stack.enter_context(workers.pool(min(os.cpu_count() or 2, len(plan.work))))
                 stack.enter_context(interrupt.on_stop(pool.kill))
             configured = method_flow.with_options(name=f"repro-{method.name}",
                                                   task_runner=_task_runner(executor, settings))
@@ -283,14 +386,15 @@ def run_flow(project: Project, bridge: DvcBridge, plan: Plan, outcome: Outcome,
             interrupt.raise_if_interrupted()
             if state.is_failed() and not outcome.failed:  # the flow itself broke, not a stage
                 state.result()
-            complete = not outcome.failed and len(outcome.executed) == len(plan.run)
+            settled = set(outcome.executed) | set(outcome.restored) | set(outcome.up_to_date)
+            complete = not outcome.failed and all(i.name in settled for i in plan.work)
             status = "FINISHED" if complete else "FAILED"
         except KeyboardInterrupt:
             status = "KILLED"
             raise
         finally:
-            outcome.not_run = [i.name for i in plan.run
-                               if i.name not in outcome.executed and i.name not in outcome.failed]
+            done = {*outcome.executed, *outcome.failed, *outcome.restored, *outcome.up_to_date}
+            outcome.not_run = [i.name for i in plan.work if i.name not in done]
             with interrupt.deferred():
                 _finish_parent(tracker, parent, status, project, plan, outcome)
 
@@ -353,6 +457,7 @@ def _record(d: _Driver, inst: Instance, future) -> None:
                 f"committed to DVC): {type(err).__name__}: {err}")
             return
     outcome.executed.append(inst.name)
+    outcome.add_span(inst.stage.name, record.started, record.ended)
     say(f"{plan.method.name}: {inst.name} done in {record.ended - record.started:.1f}s")
 
 
@@ -399,8 +504,8 @@ def upload_inputs(project: Project, plan: Plan, data_root: str) -> None:
     from flows.runtime.dataroot import DataRoot
 
     store = DataRoot(data_root)
-    method, running = plan.method, {inst.stage.name for inst in plan.run}
-    needed = {dep for inst in plan.run for dep in inst.stage.deps if dep not in running}
+    method, running = plan.method, {inst.stage.name for inst in plan.work}
+    needed = {dep for inst in plan.work for dep in inst.stage.deps if dep not in running}
     for dep in sorted(needed):
         stage = method.stage(dep)
         keys = list(plan.params.get("fanout", {}).get(dep, {})) if stage.fan_out else [None]

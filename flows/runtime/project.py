@@ -29,10 +29,15 @@ OFFLINE_ENV = {
 }
 
 EXECUTORS = ("threads", "ray")
+CODE_DEPS = ("folders", "imports")
 
 DEFAULT_SETTINGS = {
     "profile": "small",          # default profile of `repro run`
     "executor": "threads",       # threads | ray
+    # folders: a stage's code deps are components/<m>, components/common, flows/<m>.py;
+    # imports: only the components/ files the stage imports (switching rewrites every
+    # dvc.yaml with `repro gen`, and DVC then sees every stage's deps as changed once)
+    "code_deps": "folders",
 }
 
 
@@ -88,7 +93,7 @@ class Project:
         if unknown:
             raise SystemExit(f"[repro] {path}: unknown setting(s) {sorted(unknown)}; known: {sorted(DEFAULT_SETTINGS)}")
         settings = {**DEFAULT_SETTINGS, **values}
-        for key, allowed in (("profile", PROFILES), ("executor", EXECUTORS)):
+        for key, allowed in (("profile", PROFILES), ("executor", EXECUTORS), ("code_deps", CODE_DEPS)):
             if settings[key] not in allowed:
                 raise SystemExit(f"[repro] {path}: {key}: {settings[key]!r} is not one of {', '.join(allowed)}")
         return settings

@@ -17,40 +17,73 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from flows.runtime import interrupt, pipeline, workspace
 from flows.runtime.dag import Method, Stage
-from flows.runtime.dvc_bridge import DvcBridge, stage_addr
+from flows.runtime.dvc_bridge import DvcBridge, Staleness, stage_addr
 from flows.runtime.project import EXECUTORS, Project, set_offline_env
 from flows.runtime.scaleout import ScaleOut
 
 
 @dataclass(frozen=True)
 class Selection:
+    """Which instances a run considers. ``only`` and ``force`` take ``STAGE`` or
+    ``STAGE@ITEM`` (one fan-out item, e.g. ``train_ringworld@alf-0``)."""
     only: frozenset[str] = frozenset()
     start: str | None = None          # --from: this stage and everything downstream
     force: frozenset[str] = frozenset()
+    to: str | None = None             # --to: this stage and everything it needs
 
     def validate(self, method: Method) -> None:
         """Unknown stage names fail in one line with the method's stages, before anything runs."""
         for option, names in (("--only", self.only), ("--force", self.force),
-                              ("--from", [self.start] if self.start else [])):
+                              ("--from", [self.start] if self.start else []),
+                              ("--to", [self.to] if self.to else [])):
             for name in sorted(names):
-                if name not in {s.name for s in method.stages}:
-                    raise SystemExit(f"[repro] {option} {name}: {method.name} has no stage {name!r}; "
+                stage = name.partition("@")[0]
+                if stage not in {s.name for s in method.stages}:
+                    raise SystemExit(f"[repro] {option} {name}: {method.name} has no stage {stage!r}; "
                                      f"stages: {', '.join(s.name for s in method.stages)}")
+                if "@" in name and not method.stage(stage).fan_out:
+                    raise SystemExit(f"[repro] {option} {name}: {stage} is not a fan-out stage")
 
     def stages(self, method: Method) -> list[Stage]:
-        for name in (*self.only, *self.force, *([self.start] if self.start else [])):
-            method.stage(name)  # unknown names fail with the list of stages
+        self.validate(method)
+        keep = {s.name for s in method.stages}
         if self.only:
-            return [s for s in method.stages if s.name in self.only]
+            keep &= {name.partition("@")[0] for name in self.only}
         if self.start:
-            keep = method.descendants({self.start})
-            return [s for s in method.stages if s.name in keep]
-        return list(method.stages)
+            keep &= method.descendants({self.start})
+        if self.to:
+            keep &= ancestors(method, self.to)
+        return [s for s in method.stages if s.name in keep]
+
+    def selects(self, inst: "Instance") -> bool:
+        items = {n for n in self.only if n.partition("@")[0] == inst.stage.name and "@" in n}
+        return not items or inst.name in items
+
+    def forces(self, inst: "Instance") -> bool:
+        return inst.stage.name in self.force or inst.name in self.force
+
+    def check_items(self, method: Method, names: set[str]) -> None:
+        """A ``STAGE@ITEM`` that names no item of the current config fails, listing the items."""
+        for option, given in (("--only", self.only), ("--force", self.force)):
+            for name in sorted(n for n in given if "@" in n and n not in names):
+                stage = name.partition("@")[0]
+                items = sorted(n for n in names if n.startswith(f"{stage}@"))
+                raise SystemExit(f"[repro] {option} {name}: no such item; {stage} has "
+                                 f"{', '.join(items) or 'no items in this config'}")
+
+
+def ancestors(method: Method, name: str) -> set[str]:
+    out = {name}
+    for stage in reversed(method.stages):  # declaration order is topological
+        if stage.name in out:
+            out.update(stage.deps)
+    return out
 
 
 @dataclass(frozen=True)
@@ -70,11 +103,36 @@ class Plan:
     profile: str
     params: dict[str, Any]
     run: list[Instance] = field(default_factory=list)
+    """Instances that run whatever happens upstream (stale themselves, or forced)."""
+    pending: list[Instance] = field(default_factory=list)
+    """Downstream of something that runs: checked again once their upstream is recorded, and
+    run only if DVC then finds them stale (an upstream that re-ran with byte-identical outputs
+    leaves them up to date, as in ``dvc repro``)."""
     reasons: dict[str, list[str]] = field(default_factory=dict)
     restored: list[str] = field(default_factory=list)
     up_to_date: list[str] = field(default_factory=list)
     params_text: str = ""
     """The params file as this run wrote it: a stage is committed only while it still reads so."""
+    run_name: str | None = None
+    """The MLflow parent run's name (default ``<method>-<profile>``)."""
+
+    @property
+    def work(self) -> list[Instance]:
+        """Everything that may run, in topological order."""
+        order = {inst.name: i for i, inst in enumerate(self.method_instances)}
+        return sorted(self.run + self.pending, key=lambda inst: order[inst.name])
+
+    method_instances: list[Instance] = field(default_factory=list)
+
+    def upstream(self, inst: Instance) -> list[Instance]:
+        """The planned instances (run or pending) whose outputs ``inst`` reads."""
+        return [other for other in self.work if reads_from(inst, other)]
+
+
+def reads_from(inst: Instance, other: Instance) -> bool:
+    if other.stage.name not in inst.stage.deps:
+        return False
+    return other.stage.name not in inst.stage.item_deps or other.item_key == inst.item_key
 
 
 @dataclass
@@ -86,6 +144,16 @@ class Outcome:
     failed: list[str] = field(default_factory=list)
     not_run: list[str] = field(default_factory=list)
     parent_run_id: str | None = None
+    stage_spans: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """Per stage: first start and last end of its executed instances (epoch seconds)."""
+
+    @property
+    def stage_walls(self) -> dict[str, float]:
+        return {stage: end - start for stage, (start, end) in self.stage_spans.items()}
+
+    def add_span(self, stage: str, started: float, ended: float) -> None:
+        start, end = self.stage_spans.get(stage, (started, ended))
+        self.stage_spans[stage] = (min(start, started), max(end, ended))
 
 
 def say(message: str) -> None:
@@ -131,27 +199,43 @@ def prepare(project: Project, method: Method, profile: str, config) -> dict[str,
 
 
 def plan_method(project: Project, bridge: DvcBridge, method: Method, profile: str,
-                params: dict[str, Any], selection: Selection) -> Plan:
+                params: dict[str, Any], selection: Selection, dry_run: bool = False) -> Plan:
+    """One ``Repo.status`` for the whole pipeline file; only an instance whose upstream was
+    just restored from the run-cache is asked again (its inputs changed under it). With
+    ``dry_run`` nothing is restored: what the run-cache holds is listed as restorable, and
+    what is downstream of it as pending."""
     plan = Plan(method, profile, params)
-    running: set[str] = set()
-    for stage in selection.stages(method):
-        upstream_runs = [d for d in stage.deps if d in running]
-        for inst in instances(project, method, stage, params):
-            if stage.name in selection.force:
-                plan.reasons[inst.name] = ["forced (--force)"]
-            elif upstream_runs:
-                plan.reasons[inst.name] = [f"upstream re-runs: {', '.join(upstream_runs)}"]
-            else:
-                status = bridge.status(inst.addr)
-                if status.up_to_date:
-                    plan.up_to_date.append(inst.name)
-                    continue
-                if bridge.restore_from_run_cache(inst.addr):
-                    plan.restored.append(inst.name)
-                    continue
-                plan.reasons[inst.name] = list(status.reasons)
+    stale = bridge.pipeline_status(project.pipeline_file(method.name))
+    restored: list[Instance] = []
+    changing: list[Instance] = []   # upstream whose outputs this run may change
+    plan.method_instances = [inst for stage in selection.stages(method)
+                             for inst in instances(project, method, stage, params)]
+    selection.check_items(method, {inst.name for inst in plan.method_instances})
+    for inst in plan.method_instances:
+        if not selection.selects(inst):
+            continue
+        upstream = [u for u in changing if reads_from(inst, u)]
+        if selection.forces(inst):
+            plan.reasons[inst.name] = ["forced (--force)"]
             plan.run.append(inst)
-            running.add(stage.name)
+        elif upstream:
+            names = ", ".join(sorted({u.stage.name for u in upstream}))
+            plan.reasons[inst.name] = [f"after {names}: runs only if their outputs change"]
+            plan.pending.append(inst)
+        else:
+            status = (bridge.status(inst.addr) if any(reads_from(inst, r) for r in restored)
+                      else stale.get(inst.name, Staleness(inst.addr, ())))
+            if status.up_to_date:
+                plan.up_to_date.append(inst.name)
+                continue
+            if bridge.restore_from_run_cache(inst.addr, dry_run=dry_run):
+                plan.restored.append(inst.name)
+                plan.reasons[inst.name] = list(status.reasons)
+                (changing if dry_run else restored).append(inst)
+                continue
+            plan.reasons[inst.name] = list(status.reasons)
+            plan.run.append(inst)
+        changing.append(inst)
     return plan
 
 
@@ -200,10 +284,12 @@ def run(method_names: list[str], profile: str | None = None, selection: Selectio
         overrides: dict[str, Any] | None = None, executor: str | None = None,
         ray_address: str | None = None, project: Project | None = None,
         data_root: str | None = None, dvc_remote: str | None = None,
-        wait: bool = True) -> list[Outcome]:
+        wait: bool = True, dry_run: bool = False, run_name: str | None = None) -> list[Outcome]:
     """``ray_address``, ``data_root`` and ``dvc_remote`` override the ``REPRO_*`` environment
     (see ``scaleout``). Another ``repro run`` in the same workspace is waited for, or with
-    ``wait=False`` makes this one fail at once."""
+    ``wait=False`` makes this one fail at once. ``dry_run``: plan and say why, run and restore
+    nothing (the params and pipeline files are put back as they were). ``run_name``: the
+    MLflow parent run's name."""
     from flows.runtime import registry
 
     project = project or Project.find()
@@ -223,12 +309,41 @@ def run(method_names: list[str], profile: str | None = None, selection: Selectio
         selection.validate(method)
     configs = {m.name: validate_config(m, profile, overrides or {}) for m in methods}
     with workspace.locked(project, method_names, wait, say=lambda m: print(m, flush=True)):
+        if dry_run:
+            return dry_run_methods(project, methods, profile, configs, selection)
         docs = {m.name: prepare(project, m, profile, configs[m.name]) for m in methods}
-        return _run_methods(project, methods, docs, profile, selection, executor, scale)
+        return _run_methods(project, methods, docs, profile, selection, executor, scale, run_name)
+
+
+def dry_run_methods(project: Project, methods: list[Method], profile: str, configs: dict[str, Any],
+                    selection: Selection) -> list[Outcome]:
+    """What a run would do, from DVC, with nothing executed, restored or recorded. DVC reads
+    the params and pipeline files from disk, so they are written for the question and put back."""
+    files = [f for m in methods for f in (project.params_file(m.name), project.pipeline_file(m.name))]
+    saved = {f: f.read_bytes() if f.is_file() else None for f in files}
+    bridge = DvcBridge(project.root)
+    outcomes = []
+    try:
+        for method in methods:
+            doc = prepare(project, method, profile, configs[method.name])
+            plan = plan_method(project, bridge, method, profile, doc, selection, dry_run=True)
+            report_plan(plan, dry_run=True)
+            outcomes.append(Outcome(method.name, restored=list(plan.restored),
+                                    up_to_date=list(plan.up_to_date),
+                                    not_run=[i.name for i in plan.work]))
+    finally:
+        bridge.close()
+        for path, data in saved.items():
+            if data is None:
+                path.unlink(missing_ok=True)
+            else:
+                pipeline.write_if_changed(path, data.decode())
+    return outcomes
 
 
 def _run_methods(project: Project, methods: list[Method], docs: dict[str, dict[str, Any]],
-                 profile: str, selection: Selection, executor: str, scale: ScaleOut) -> list[Outcome]:
+                 profile: str, selection: Selection, executor: str, scale: ScaleOut,
+                 run_name: str | None = None) -> list[Outcome]:
     bridge = DvcBridge(project.root)
     outcomes, failures = [], []
     try:
@@ -242,6 +357,7 @@ def _run_methods(project: Project, methods: list[Method], docs: dict[str, dict[s
                     prune_fanout_leftovers(project, method, docs[method.name])
                     plan = plan_method(project, bridge, method, profile, docs[method.name], selection)
                     plan.params_text = project.params_file(method.name).read_text()
+                    plan.run_name = run_name
                     outcomes.append(execute(project, bridge, plan, executor, scale))
                 except StageFailure as failure:
                     if len(methods) == 1:
@@ -262,30 +378,46 @@ def _run_methods(project: Project, methods: list[Method], docs: dict[str, dict[s
     return outcomes
 
 
-def report_plan(plan: Plan) -> None:
+def report_plan(plan: Plan, dry_run: bool = False) -> None:
     name = plan.method.name
+    prefix = "dry run: " if dry_run else ""
     if plan.up_to_date:
-        say(f"{name}: {len(plan.up_to_date)} stage(s) up to date: {', '.join(plan.up_to_date)}")
-    if plan.restored:
-        say(f"{name}: {len(plan.restored)} restored from DVC run-cache: {', '.join(plan.restored)}")
+        say(f"{prefix}{name}: {len(plan.up_to_date)} stage(s) up to date: {', '.join(plan.up_to_date)}")
+    for restored in plan.restored:
+        verb = "would restore" if dry_run else "restored"
+        why = f" ({'; '.join(plan.reasons[restored])})" if plan.reasons.get(restored) else ""
+        say(f"{prefix}{name}: {verb} {restored} from the DVC run-cache{why}")
     for inst in plan.run:
-        say(f"{name}: will run {inst.name} ({'; '.join(plan.reasons[inst.name])})")
+        say(f"{prefix}{name}: {'would run' if dry_run else 'will run'} {inst.name} "
+            f"({'; '.join(plan.reasons[inst.name])})")
+    for inst in plan.pending:
+        say(f"{prefix}{name}: {'would check' if dry_run else 'will check'} {inst.name} "
+            f"({'; '.join(plan.reasons[inst.name])})")
+    if dry_run and not plan.work:
+        say(f"{prefix}{name}: nothing would run")
 
 
 def execute(project: Project, bridge: DvcBridge, plan: Plan, executor: str,
             scale: ScaleOut = ScaleOut()) -> Outcome:
     report_plan(plan)
-    outcome = Outcome(plan.method.name, restored=plan.restored, up_to_date=plan.up_to_date)
+    outcome = Outcome(plan.method.name, restored=list(plan.restored), up_to_date=list(plan.up_to_date))
     if not plan.run:
         say(f"{plan.method.name}: nothing to run; executed 0 stages")
         if plan.restored:
             push_results(project, bridge, plan.method, scale)
         return outcome
+    from flows.runtime import display
     from flows.runtime.prefect_flow import run_flow  # imports prefect: only when work exists
 
+    live = display.RunDisplay.for_plan(plan)
+    started = time.monotonic()
+    display.activate(live)
     try:
-        run_flow(project, bridge, plan, outcome, executor, scale)
+        with live:
+            run_flow(project, bridge, plan, outcome, executor, scale)
     finally:
+        display.activate(None)
+        print(display.summary(outcome, plan, time.monotonic() - started), end="", flush=True)
         if outcome.executed or plan.restored:  # what finished is shared even if others failed
             push_results(project, bridge, plan.method, scale)
     if outcome.failed:

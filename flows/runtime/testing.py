@@ -24,7 +24,7 @@ _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
 def make_project(root: Path, methods: list[str], settings: dict[str, Any] | None = None) -> Project:
     root.mkdir(parents=True, exist_ok=True)
     for name in methods:
-        for rel in registry.get(name).code_paths:
+        for rel in registry.get(name).all_code_paths():
             src, dst = REPO_ROOT / rel, root / rel
             if dst.exists():
                 continue

@@ -79,8 +79,9 @@ class Tracker:
         return self.client.create_experiment(
             method, artifact_location=f"{self.project.artifact_root}/{method}")
 
-    def start_parent(self, method: str, profile: str, params: dict[str, Any], tags: dict[str, str]) -> str:
-        run = self.client.create_run(self.experiment_id(method), run_name=f"{method}-{profile}",
+    def start_parent(self, method: str, profile: str, params: dict[str, Any], tags: dict[str, str],
+                     run_name: str | None = None) -> str:
+        run = self.client.create_run(self.experiment_id(method), run_name=run_name or f"{method}-{profile}",
                                      tags={"profile": profile, "method": method, **tags})
         self._log_params(run.info.run_id, params)
         return run.info.run_id

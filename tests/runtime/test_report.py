@@ -255,7 +255,7 @@ def mlflow_ui(runs):
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     project = runs[1].project
-    proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "ui", "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "ui", "--port", str(port), "--prefect-port", "0"],
                             cwd=project.root, env={**os.environ, "REPRO_ROOT": str(project.root)})
     url = f"http://127.0.0.1:{port}"
     try:

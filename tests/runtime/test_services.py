@@ -114,7 +114,7 @@ def test_repro_ui_stopped_by_ctrl_c_leaves_no_process(tmp_path):
 
     project = make_project(tmp_path / "proj", [M])
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "ui", "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "ui", "--port", str(port), "--prefect-port", "0"],
                             env={**os.environ, "REPRO_ROOT": str(project.root)},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_until(lambda: _http_ok(f"http://127.0.0.1:{port}/health"), 240, "repro ui", proc)
@@ -124,3 +124,38 @@ def test_repro_ui_stopped_by_ctrl_c_leaves_no_process(tmp_path):
     assert proc.wait(timeout=30) == 128 + signal.SIGINT
     time.sleep(1)
     assert not alive(spawned), f"left running: {alive(spawned)}"
+
+
+@pytest.mark.slow
+def test_repro_run_uses_the_persistent_prefect_server_of_repro_ui(tmp_path, monkeypatch):
+    """`repro ui` starts a Prefect server too; a run then shows up there, one COMPLETED task
+    run per stage instance, and starts no temporary server."""
+    import signal
+
+    from tests.runtime.cluster import _http_ok, wait_until
+
+    project = make_project(tmp_path / "proj", [M])
+    port, prefect_port = free_port(), free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "ui", "--port", str(port),
+                             "--prefect-port", str(prefect_port)],
+                            env={**os.environ, "REPRO_ROOT": str(project.root)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    api = f"http://127.0.0.1:{prefect_port}/api"
+    try:
+        wait_until(lambda: _http_ok(f"{api}/health"), 240, "repro ui's Prefect server", proc)
+        started = []
+        from prefect.server.api import server as server_mod
+
+        monkeypatch.setattr(server_mod.SubprocessASGIServer, "start",
+                            lambda self, *a, **k: started.append(self) or pytest.fail("temporary server"))
+        result = run_in_temp_project(M, project.root)
+        assert not started
+        request = urllib.request.Request(f"{api}/task_runs/filter", data=b"{}", method="POST",
+                                         headers={"Content-Type": "application/json"})
+        runs = json.loads(urllib.request.urlopen(request, timeout=30).read())
+        assert sorted(r["name"] for r in runs) == sorted(result.executed)
+        assert {r["state_type"] for r in runs} == {"COMPLETED"}
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+    assert not (project.root / ".prefect" / "server.json").exists()
