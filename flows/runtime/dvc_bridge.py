@@ -92,8 +92,9 @@ class DvcBridge:
     def _in_run_cache(self, stage) -> bool:
         """What ``stage_cache.restore`` would find, without checking anything out. (Its own
         ``dry`` mode keys the run-cache by the hashes in dvc.lock, not today's.)"""
-        cache_module = __import__("dvc.stage.cache", fromlist=["_can_hash"])
-        if not cache_module._can_hash(stage):
+        from dvc.stage.cache import _can_hash
+
+        if not _can_hash(stage):
             return False
         if (not stage.changed_stage() and stage.deps_cached()
                 and all(bool(out.hash_info) for out in stage.outs)):

@@ -140,31 +140,34 @@ def _api_server(executor: str, settings: ScaleOut, stack: ExitStack, project: Pr
         return
     from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
 
-    persistent = None
-    if project is not None and not settings.ray_address:  # remote workers cannot reach 127.0.0.1
-        from flows.runtime.prefect_server import persistent_api_url
-
-        persistent = persistent_api_url(project)
-    if persistent:
-        say(f"Prefect: using the persistent server {persistent} (`repro ui`)")
-        os.environ["PREFECT_API_URL"] = persistent
-        stack.callback(os.environ.pop, "PREFECT_API_URL", None)
-        stack.enter_context(temporary_settings({PREFECT_API_URL: persistent}))
-        stack.callback(_flush_prefect_services)
-        return
-
-    host = driver_host(settings) if executor == "ray" else "127.0.0.1"
-    auth = None if is_loopback(host) else f"repro:{secrets.token_urlsafe(24)}"
-    server = _reachable_server(host, auth)
-    server.start(timeout=180)
-    stack.callback(server.stop)
-    stack.callback(_flush_prefect_services)  # runs first: the server must still be up
-    values = {"PREFECT_API_URL": server.api_url, **({"PREFECT_API_AUTH_STRING": auth} if auth else {})}
+    url = _persistent_server(settings, project)
+    auth = None
+    if url:
+        say(f"Prefect: using the persistent server {url} (`repro ui`)")
+    else:
+        host = driver_host(settings) if executor == "ray" else "127.0.0.1"
+        auth = None if is_loopback(host) else f"repro:{secrets.token_urlsafe(24)}"
+        server = _reachable_server(host, auth)
+        server.start(timeout=180)
+        stack.callback(server.stop)
+        url = server.api_url
+    stack.callback(_flush_prefect_services)  # runs before server.stop: the server must still be up
+    values = {"PREFECT_API_URL": url, **({"PREFECT_API_AUTH_STRING": auth} if auth else {})}
     for key, value in values.items():
         os.environ[key] = value
         stack.callback(os.environ.pop, key, None)
-    stack.enter_context(temporary_settings({PREFECT_API_URL: server.api_url,
+    stack.enter_context(temporary_settings({PREFECT_API_URL: url,
                                             **({PREFECT_API_AUTH_STRING: auth} if auth else {})}))
+
+
+def _persistent_server(settings: ScaleOut, project: Project | None) -> str | None:
+    """The API URL of ``repro ui``'s Prefect server when it answers; never for a remote Ray
+    cluster, whose workers cannot reach 127.0.0.1."""
+    if project is None or settings.ray_address:
+        return None
+    from flows.runtime.prefect_server import persistent_api_url
+
+    return persistent_api_url(project)
 
 
 def _flush_prefect_services(timeout: float = 60) -> None:
