@@ -192,16 +192,21 @@ def cmd_ui(args: argparse.Namespace) -> None:
 
     project = Project.find()
     set_offline_env(project)
+    # Create or upgrade the tracking store here, before anything can use it: `mlflow ui`
+    # migrating a fresh mlflow.db while a `repro run` opens it makes one of them fail
+    # ("duplicate column name").
+    from mlflow import MlflowClient
+
+    MlflowClient(tracking_uri=project.tracking_uri).search_experiments(max_results=1)
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", project.tracking_uri,
                "--default-artifact-root", project.artifact_root,
                "--host", "127.0.0.1", "--port", str(args.port), "--workers", "1"]
     prefect = None
     if args.prefect_port:
-        env_prefect = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-        prefect = start_group(prefect_server.server_command(sys.executable, args.prefect_port),
-                              env=env_prefect)
         api_url = f"http://127.0.0.1:{args.prefect_port}/api"
+        prefect = start_group(prefect_server.server_command(sys.executable, args.prefect_port),
+                              env=prefect_server.server_env(os.environ, api_url, project))
         prefect_server.write_record(project, api_url)
         print(f"[repro] Prefect UI on http://127.0.0.1:{args.prefect_port} (API {api_url}; "
               "`repro run` uses it while it runs)", flush=True)

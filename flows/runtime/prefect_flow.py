@@ -95,6 +95,13 @@ def _task_runner(executor: str, settings: ScaleOut):
         raise SystemExit(f"unknown executor {executor!r}; use threads or ray")
     from prefect_ray import RayTaskRunner
 
+    address, init_kwargs = _ray_init_args(settings)
+    # Ray is normally up already (``start_services``): the runner then uses it and leaves it up
+    return RayTaskRunner(address=address, init_kwargs=init_kwargs)
+
+
+def _ray_init_args(settings: ScaleOut) -> tuple[str | None, dict[str, Any]]:
+    """``ray.init``'s address and keyword arguments for this run's settings."""
     if settings.ray_address:
         # An existing cluster: its workers do not inherit this process's environment, so the
         # Prefect API URL, tracking URI, data root and import path travel in the runtime_env.
@@ -104,13 +111,29 @@ def _task_runner(executor: str, settings: ScaleOut):
         if is_loopback(host) and host not in ("localhost", "127.0.0.1"):
             # a test cluster on loopback aliases (127.0.0.2, ...): attach to the head's raylet
             init_kwargs["_node_ip_address"] = host
-        return RayTaskRunner(address=settings.ray_address, init_kwargs=init_kwargs)
-    return RayTaskRunner(init_kwargs={
+        return settings.ray_address, init_kwargs
+    return None, {
         "num_cpus": os.cpu_count() or 2, "include_dashboard": False,
         "object_store_memory": 256 * 1024**2, "_node_ip_address": "127.0.0.1",
         "runtime_env": {"env_vars": {"PYTHONPATH": os.pathsep.join(sys.path)}},
         "log_to_driver": True,
-    })
+    }
+
+
+def start_services(services: ExitStack, executor: str, settings: ScaleOut,
+                   project: Project | None = None) -> None:
+    """What a whole ``repro run`` invocation shares, started once into ``services`` (closed
+    when the invocation ends): the Prefect API server, then, for the Ray executor, one
+    ``ray.init`` — so ``repro run all`` neither restarts Ray nor a temporary server per method,
+    and Ray's workers never outlive the server they report to."""
+    _api_server(executor, settings, services, project)  # before Ray: workers need its URL
+    if executor == "ray":
+        import ray
+
+        if not ray.is_initialized():
+            address, init_kwargs = _ray_init_args(settings)
+            ray.init(address, **init_kwargs)
+            services.callback(ray.shutdown)
 
 
 def _resource_options(executor: str, inst: Instance, profile: str):
@@ -358,7 +381,17 @@ method_flow = flow(log_prints=True)(_method_flow)
 
 
 def run_flow(project: Project, bridge: DvcBridge, plan: Plan, outcome: Outcome,
-             executor: str, settings: ScaleOut) -> None:
+             executor: str, settings: ScaleOut, services: ExitStack | None = None) -> None:
+    """Run the plan's work as one Prefect flow run. ``services``: the invocation's Prefect
+    server and Ray (``start_services``, done by the caller); without it, started for this run."""
+    with ExitStack() as own:
+        if services is None:
+            start_services(own, executor, settings, project)
+        _run_flow(project, bridge, plan, outcome, executor, settings)
+
+
+def _run_flow(project: Project, bridge: DvcBridge, plan: Plan, outcome: Outcome,
+              executor: str, settings: ScaleOut) -> None:
     method = plan.method
     if settings.data_root:
         upload_inputs(project, plan, settings.data_root)
@@ -379,7 +412,6 @@ def run_flow(project: Project, bridge: DvcBridge, plan: Plan, outcome: Outcome,
     with ExitStack() as stack:
         stack.callback(_DRIVERS.pop, parent, None)
         try:
-            _api_server(executor, settings, stack, project)  # before the task runner: workers need its URL
             if executor == "threads":  # stage code runs in worker processes, not these threads
                 pool = stack.enter_context(workers.pool(min(os.cpu_count() or 2, len(plan.work))))
                 stack.enter_context(interrupt.on_stop(pool.kill))

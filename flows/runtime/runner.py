@@ -18,6 +18,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -346,6 +347,7 @@ def _run_methods(project: Project, methods: list[Method], docs: dict[str, dict[s
                  run_name: str | None = None) -> list[Outcome]:
     bridge = DvcBridge(project.root)
     outcomes, failures = [], []
+    services = _Services(executor, scale, project)
     try:
         if scale.dvc_remote:
             from flows.runtime.dvc_bridge import configure_remote
@@ -358,7 +360,7 @@ def _run_methods(project: Project, methods: list[Method], docs: dict[str, dict[s
                     plan = plan_method(project, bridge, method, profile, docs[method.name], selection)
                     plan.params_text = project.params_file(method.name).read_text()
                     plan.run_name = run_name
-                    outcomes.append(execute(project, bridge, plan, executor, scale))
+                    outcomes.append(execute(project, bridge, plan, executor, scale, services))
                 except StageFailure as failure:
                     if len(methods) == 1:
                         raise
@@ -372,10 +374,40 @@ def _run_methods(project: Project, methods: list[Method], docs: dict[str, dict[s
                     say(str(failure))
                     failures.append(failure)
     finally:
-        bridge.close()
+        try:
+            services.close()
+        finally:
+            bridge.close()
     if failures:
         raise StageFailure.combined(failures)
     return outcomes
+
+
+class _Services:
+    """The Prefect server and Ray of one ``repro run`` invocation: started when the first method
+    has work (a no-op run imports neither), stopped when the invocation ends."""
+
+    def __init__(self, executor: str, scale: ScaleOut, project: Project):
+        self.executor, self.scale, self.project = executor, scale, project
+        self.stack: ExitStack | None = None
+
+    def started(self) -> ExitStack:
+        if self.stack is None:
+            from flows.runtime.prefect_flow import start_services
+
+            stack = ExitStack()
+            try:
+                start_services(stack, self.executor, self.scale, self.project)
+            except BaseException:
+                stack.close()
+                raise
+            self.stack = stack
+        return self.stack
+
+    def close(self) -> None:
+        if self.stack is not None:
+            with interrupt.deferred():   # a second Ctrl-C must not leave the server running
+                self.stack.close()
 
 
 def report_plan(plan: Plan, dry_run: bool = False) -> None:
@@ -398,7 +430,7 @@ def report_plan(plan: Plan, dry_run: bool = False) -> None:
 
 
 def execute(project: Project, bridge: DvcBridge, plan: Plan, executor: str,
-            scale: ScaleOut = ScaleOut()) -> Outcome:
+            scale: ScaleOut = ScaleOut(), services: _Services | None = None) -> Outcome:
     report_plan(plan)
     outcome = Outcome(plan.method.name, restored=list(plan.restored), up_to_date=list(plan.up_to_date))
     if not plan.run:
@@ -414,7 +446,8 @@ def execute(project: Project, bridge: DvcBridge, plan: Plan, executor: str,
     display.activate(live)
     try:
         with live:
-            run_flow(project, bridge, plan, outcome, executor, scale)
+            run_flow(project, bridge, plan, outcome, executor, scale,
+                     services.started() if services else None)
     finally:
         display.activate(None)
         print(display.summary(outcome, plan, time.monotonic() - started), end="", flush=True)

@@ -12,6 +12,7 @@ from flows.runtime.dag import Method, Stage
 from flows.runtime.report import README_BEGIN, README_END, build, methods_table
 from flows.runtime.results import NOT_REPRODUCED, NOT_RUN, REPRODUCED, values_from_run_metrics
 from flows.runtime.testing import REPO_ROOT, run_in_temp_project
+from tests.runtime.browser import ARTIFACTS, browser  # noqa: F401  (browser is a fixture)
 
 M = "toy_flow"
 CLAIMS = textwrap.dedent("""\
@@ -218,28 +219,6 @@ def test_readme_method_table_is_current():
 
 
 # ------------------------------------------------------------------ the UI in a real browser
-CHROMIUM = "/usr/bin/chromium"
-BROWSER_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-ARTIFACTS = REPO_ROOT / "test-artifacts"
-
-
-@pytest.fixture
-def browser():
-    import os
-
-    if not os.path.exists(CHROMIUM):
-        if os.environ.get("REPRO_REQUIRE_BROWSER"):
-            pytest.fail(f"{CHROMIUM} missing (.ci/run installs Debian's chromium)")
-        pytest.skip(f"{CHROMIUM} missing: apt-get install chromium")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                      args=BROWSER_FLAGS)
-        yield chromium
-        chromium.close()
-
 
 @pytest.fixture
 def mlflow_ui(runs):
@@ -285,7 +264,6 @@ def test_mlflow_ui_and_scorecard_render_in_chromium(runs, mlflow_ui, browser, tm
     client, all_runs = mlflow_runs(runs[1].project)
     experiment_id = client.get_experiment_by_name(M).experiment_id
     child = next(r for r in all_runs if r.data.tags.get("stage") == "square" and r.data.tags["item"] == "1")
-    ARTIFACTS.mkdir(exist_ok=True)
     page = browser.new_page(viewport={"width": 1400, "height": 900})
 
     page.goto(f"{mlflow_ui}/#/experiments/{experiment_id}/runs")

@@ -12,6 +12,7 @@ import urllib.request
 import pytest
 
 from flows.runtime.testing import make_project, run_in_temp_project
+from tests.runtime.browser import browser  # noqa: F401  (a fixture)
 
 M = "toy_flow"
 
@@ -69,10 +70,27 @@ def test_runs_are_recorded_in_a_tracking_server(mlflow_server, tmp_path, monkeyp
                                                for m in total["data"]["metrics"]]
 
 
-def test_ray_executor_runs_fan_out(tmp_path):
-    result = run_in_temp_project(M, tmp_path / "proj", executor="ray")
-    assert sorted(result.executed) == ["make_data", "square@0", "square@1", "total"]
-    assert result.metrics(M, "total")["total"] == 25.0
+def test_ray_executor_runs_two_methods_on_one_ray_and_one_prefect_server(tmp_path, monkeypatch):
+    """`repro run A B --executor ray`: fan-out on Ray, one `ray.init` and one temporary Prefect
+    server for the whole invocation (not one per method), both stopped at its end."""
+    import ray
+    from prefect.server.api import server as server_mod
+
+    from flows.runtime import runner
+
+    monkeypatch.setenv("REPRO_EXTRA_FLOWS", f"{os.environ['REPRO_EXTRA_FLOWS']},tests.runtime.rng_flow")
+    inits, servers = [], []
+    real_init, real_start = ray.init, server_mod.SubprocessASGIServer.start
+    monkeypatch.setattr(ray, "init", lambda *a, **k: inits.append(a) or real_init(*a, **k))
+    monkeypatch.setattr(server_mod.SubprocessASGIServer, "start",
+                        lambda self, *a, **k: servers.append(self) or real_start(self, *a, **k))
+    project = make_project(tmp_path / "proj", [M, "rng_flow"])
+    toy, rng = runner.run([M, "rng_flow"], profile="smoke", executor="ray", project=project)
+    assert sorted(toy.executed) == ["make_data", "square@0", "square@1", "total"]
+    assert rng.executed
+    assert json.loads(project.metrics_file(M, "total").read_text())["total"] == 25.0
+    assert len(inits) == 1 and len(servers) == 1
+    assert not ray.is_initialized()
 
 
 def repro(*args: str, root=None, check=True) -> subprocess.CompletedProcess:
@@ -126,12 +144,48 @@ def test_repro_ui_stopped_by_ctrl_c_leaves_no_process(tmp_path):
     assert not alive(spawned), f"left running: {alive(spawned)}"
 
 
-@pytest.mark.slow
-def test_repro_run_uses_the_persistent_prefect_server_of_repro_ui(tmp_path, monkeypatch):
-    """`repro ui` starts a Prefect server too; a run then shows up there, one COMPLETED task
-    run per stage instance, and starts no temporary server."""
+def test_repro_ui_creates_the_tracking_store_before_it_starts_a_server(tmp_path, monkeypatch):
+    """Regression: `mlflow ui` migrating a fresh mlflow.db while a `repro run` opened it failed
+    the run with "duplicate column name"; `repro ui` now creates the store first."""
+    import sqlite3
+
+    from flows import cli
+    from flows.runtime import processes
+
+    project = make_project(tmp_path / "proj", [M])
+    monkeypatch.setenv("REPRO_ROOT", str(project.root))
+    db = project.root / "mlflow.db"
+    assert not db.exists()
+
+    class Started(Exception):
+        pass
+
+    def first_server(command, **kwargs):
+        with sqlite3.connect(db) as con:
+            tables = {row[0] for row in con.execute("SELECT name FROM sqlite_master")}
+        raise Started(tables)
+
+    monkeypatch.setattr(processes, "start_group", first_server)
+    with pytest.raises(Started) as started:
+        cli.main(["ui", "--port", "1", "--prefect-port", "0"])
+    assert {"alembic_version", "experiments", "runs"} <= started.value.args[0]
+
+
+def prefect_api(api: str, path: str) -> list[dict]:
+    request = urllib.request.Request(f"{api}/{path}", data=b"{}", method="POST",
+                                     headers={"Content-Type": "application/json"})
+    return json.loads(urllib.request.urlopen(request, timeout=30).read())
+
+
+def test_repro_run_shows_in_the_prefect_ui_of_repro_ui(tmp_path, monkeypatch, browser):
+    """`repro ui` starts a Prefect server too; a run then shows up there (one COMPLETED task run
+    per stage instance), starts no temporary server, and its flow-run page renders in Chromium."""
     import signal
 
+    from playwright.sync_api import expect
+    from prefect.settings import PREFECT_LOGGING_TO_API_ENABLED, temporary_settings
+
+    from tests.runtime.browser import ARTIFACTS
     from tests.runtime.cluster import _http_ok, wait_until
 
     project = make_project(tmp_path / "proj", [M])
@@ -140,7 +194,8 @@ def test_repro_run_uses_the_persistent_prefect_server_of_repro_ui(tmp_path, monk
                              "--prefect-port", str(prefect_port)],
                             env={**os.environ, "REPRO_ROOT": str(project.root)},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    api = f"http://127.0.0.1:{prefect_port}/api"
+    ui = f"http://127.0.0.1:{prefect_port}"
+    api = f"{ui}/api"
     try:
         wait_until(lambda: _http_ok(f"{api}/health"), 240, "repro ui's Prefect server", proc)
         started = []
@@ -148,14 +203,26 @@ def test_repro_run_uses_the_persistent_prefect_server_of_repro_ui(tmp_path, monk
 
         monkeypatch.setattr(server_mod.SubprocessASGIServer, "start",
                             lambda self, *a, **k: started.append(self) or pytest.fail("temporary server"))
-        result = run_in_temp_project(M, project.root)
+        with temporary_settings({PREFECT_LOGGING_TO_API_ENABLED: True}):  # tests turn it off
+            result = run_in_temp_project(M, project.root)
         assert not started
-        request = urllib.request.Request(f"{api}/task_runs/filter", data=b"{}", method="POST",
-                                         headers={"Content-Type": "application/json"})
-        runs = json.loads(urllib.request.urlopen(request, timeout=30).read())
-        assert sorted(r["name"] for r in runs) == sorted(result.executed)
-        assert {r["state_type"] for r in runs} == {"COMPLETED"}
+        task_runs = prefect_api(api, "task_runs/filter")
+        assert sorted(r["name"] for r in task_runs) == sorted(result.executed)
+        assert {r["state_type"] for r in task_runs} == {"COMPLETED"}
+        (flow_run,) = prefect_api(api, "flow_runs/filter")
+        assert flow_run["state_type"] == "COMPLETED"
+        logs = prefect_api(api, "logs/filter")
+        assert any(log["flow_run_id"] == flow_run["id"] for log in logs), "no logs reached the server"
+        artifacts = prefect_api(api, "artifacts/filter")
+        assert any(a["type"] == "progress" and a["data"] == 100.0 for a in artifacts), artifacts
+
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.goto(f"{ui}/runs/flow-run/{flow_run['id']}")
+        expect(page.get_by_text(flow_run["name"]).first).to_be_visible(timeout=90_000)
+        expect(page.get_by_text("Completed").first).to_be_visible(timeout=90_000)
+        page.screenshot(path=str(ARTIFACTS / "prefect-flow-run.png"), full_page=True)
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=60)
     assert not (project.root / ".prefect" / "server.json").exists()
+    assert (project.root / ".prefect" / "server.db").is_file()   # its database is the workspace's
