@@ -47,6 +47,23 @@ def read_bytes(path: str | os.PathLike) -> bytes:
         return f.read()
 
 
+def save_npz(path: str | os.PathLike, **arrays) -> None:
+    """Compressed ``.npz`` of named numpy arrays, written atomically (any fsspec path)."""
+    import numpy as np
+
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **arrays)
+    write_bytes_atomic(path, buf.getvalue())
+
+
+def load_npz(path: str | os.PathLike) -> dict:
+    """Every array of an ``.npz`` file, loaded eagerly into a plain dict."""
+    import numpy as np
+
+    with np.load(io.BytesIO(read_bytes(path))) as f:
+        return {k: f[k] for k in f.files}
+
+
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
     text = json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n"
     write_bytes_atomic(path, text.encode())

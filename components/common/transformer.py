@@ -127,3 +127,23 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 def count_parameters(module: nn.Module) -> int:
     """Unique trainable parameters (tied weights counted once)."""
     return sum(p.numel() for p in {id(p): p for p in module.parameters() if p.requires_grad}.values())
+
+
+class CrossBlock(nn.Module):
+    """Pre-norm cross-attention block: queries ``q`` read from ``kv``, then an optional
+    feed-forward half (hidden ``ff_mult * d``). ``pad_mask`` (B, Lkv), True = padding.
+    With ``feed_forward=False`` it is attention only (e.g. a light info-share layer)."""
+
+    def __init__(self, d: int, n_heads: int = 4, ff_mult: int = 2, feed_forward: bool = True):
+        super().__init__()
+        self.ln_q, self.ln_kv = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.ln_ff = nn.LayerNorm(d) if feed_forward else None
+        self.attn = nn.MultiheadAttention(d, n_heads, batch_first=True)
+        self.ff = (nn.Sequential(nn.Linear(d, ff_mult * d), nn.GELU(), nn.Linear(ff_mult * d, d))
+                   if feed_forward else None)
+
+    def forward(self, q: torch.Tensor, kv: torch.Tensor,
+                pad_mask: torch.Tensor | None = None) -> torch.Tensor:
+        kv = self.ln_kv(kv)
+        q = q + self.attn(self.ln_q(q), kv, kv, key_padding_mask=pad_mask, need_weights=False)[0]
+        return q + self.ff(self.ln_ff(q)) if self.ff is not None else q

@@ -20,7 +20,7 @@ class Domain(Section):
     cars_per_100m: float = 4.0      # dynamic boxes per 100 m of road
     turn_prob: float = 0.6          # probability that a road segment after the first is an arc
     n_seq: int = 150
-    n_frames: int = 20
+    n_frames: int = 16
 
 
 class Scenes(Section):
@@ -31,19 +31,21 @@ class Scenes(Section):
     max_depth: float = 60.0         # pixels farther away (and sky) are invalid for metrics
     speed_range: list[float] = [6.0, 10.0]   # ego speed, m/s
     turn_radius_range: list[float] = [14.0, 30.0]
-    data_seed: int = 2026
-    train: Domain = Domain(height=32, width=48, fov_deg=60.0, n_seq=600)
-    test: Domain = Domain(height=32, width=48, fov_deg=60.0, n_seq=150)       # A-test
-    kitti_like: Domain = Domain(height=24, width=80, fov_deg=80.0, n_seq=150)  # B
+    first_straight_range: list[float] = [5.0, 25.0]   # road start -> first possible turn, m
+    data_seed: int = 2027           # v2 (fresh); calibration used 2026
+    train: Domain = Domain(height=32, width=48, fov_deg=60.0, n_seq=300)
+    test: Domain = Domain(height=32, width=48, fov_deg=60.0, n_seq=80)       # A-test
+    kitti_like: Domain = Domain(height=24, width=80, fov_deg=80.0, n_seq=80)  # B
     nuscenes_like: Domain = Domain(height=32, width=56, fov_deg=70.0, palette="dusk",
-                                   cars_per_100m=8.0, turn_prob=0.8, n_seq=150)  # C
-    probe_seq: int = 40             # stationary-ego sequences (A settings) for the F4 probe
+                                   cars_per_100m=8.0, turn_prob=0.8, n_seq=80)  # C
+    val_seq: int = 60               # domain A validation: premises, calibration, convergence
+    probe_seq: int = 24             # stationary-ego sequences (A settings) for the F5 probe
     # Teacher pre-training: broad randomised renders; B/C image shapes are excluded (and checked)
-    pretrain_seq: int = 900
-    pretrain_frames: int = 10
+    pretrain_seq: int = 300
+    pretrain_frames: int = 16       # as long as the sequences the teacher encodes
     pretrain_shapes: list[list[int]] = [[32, 48], [24, 64], [32, 64], [40, 48], [24, 48]]
     pretrain_fov_range: list[float] = [45.0, 95.0]
-    splits: list[str] = ["train", "test", "kitti_like", "nuscenes_like", "probe", "pretrain"]
+    splits: list[str] = ["train", "val", "test", "kitti_like", "nuscenes_like", "probe", "pretrain"]
 
 
 class Teacher(Section):
@@ -54,11 +56,12 @@ class Teacher(Section):
     heads: int = 4
     steps: int = 1000
     batch_size: int = 8
-    clip_frames: int = 6            # frames per training clip (truncated recurrence)
+    clip_frames: int = 16           # frames per training clip: >= every sequence it encodes
     lr: float = 2e-3
     pose_weight: float = 5.0
+    rot_weight: float = 50.0        # rotation (6D) vs translation inside the pose loss (calibrated)
     fov_weight: float = 0.5
-    seed: int = 0
+    seed: int = 1                   # v2 (fresh); calibration used 0
 
 
 class Forecaster(Section):
@@ -71,21 +74,23 @@ class Forecaster(Section):
     context: int = 4
     rollout: int = 5                 # max autoregressive training steps
     ar_ramp: float = 0.6             # share of training over which the rollout length ramps 1 -> rollout
-    # 150 steps: the shared 2-core machine ran at load ~25 during the first small run, where
-    # 500 steps x 12 models would have taken ~2 h (see CLAIMS.md)
-    steps: int = 150
+    steps: int = 300                 # calibrated on validation: converged (see CLAIMS.md)
     batch_size: int = 16
     lr: float = 1e-3
     warmup: int = 15
     pose_weight: float = 10.0        # lambda in L = L_spatial + lambda * L_pose
     beta: float = 0.1                # smooth-L1 beta
     decoder_steps: int = 150         # depth decoder of the 2D-feature baseline (domain A only)
-    variants: list[str] = ["scene_only", "no_share", "feat2d"]
+    log_every: int = 20
+    eval_every_logs: int = 2         # validation loss every log_every * eval_every_logs steps
+    # the baselines the criteria compare with; "scene_only" (CUT3R-Foresight) is available but
+    # judged by no criterion, so it is left out of the 8-minute small run
+    variants: list[str] = ["no_share", "feat2d"]
 
 
 class Evaluate(Section):
     horizons: list[int] = [1, 3, 5, 10]   # steps of 0.2 s: 0.2, 0.6, 1.0, 2.0 s
-    context_end: int = 9                   # last context frame index of the eval window
+    context_end: int = 5                   # last context frame index of the eval window
     turn_deg: float = 15.0                 # |yaw change| over the forecast window for "turning"
     batch_size: int = 50
 
@@ -100,7 +105,7 @@ class Paper(Section):
 
 
 class Fr3dConfig(MethodConfig):
-    seeds: list[int] = [0, 1, 2]
+    seeds: list[int] = [3, 4, 5]     # v2 (fresh); calibration used 0
     scenes: Scenes = Scenes()
     teacher: Teacher = Teacher()
     forecaster: Forecaster = Forecaster()
@@ -115,12 +120,12 @@ class Fr3dConfig(MethodConfig):
             "kitti_like": {"height": 16, "width": 40, "fov_deg": 80.0, "n_seq": 6, "n_frames": 16},
             "nuscenes_like": {"height": 24, "width": 40, "fov_deg": 70.0, "palette": "dusk",
                               "cars_per_100m": 8.0, "turn_prob": 0.8, "n_seq": 6, "n_frames": 16},
-            "probe_seq": 4, "pretrain_seq": 24, "pretrain_frames": 8,
+            "val_seq": 6, "probe_seq": 4, "pretrain_seq": 24, "pretrain_frames": 16,
             "pretrain_shapes": [[16, 24], [24, 32]],
         },
-        "teacher": {"steps": 40, "batch_size": 4, "clip_frames": 4},
+        "teacher": {"steps": 40, "batch_size": 4},
         "forecaster": {"dim": 32, "steps": 20, "batch_size": 8, "warmup": 5, "rollout": 2,
-                       "decoder_steps": 20},
+                       "log_every": 5, "decoder_steps": 20},
         "evaluate": {"context_end": 5, "batch_size": 8},
     }
     PAPER: ClassVar[dict] = {

@@ -1,34 +1,27 @@
 """gen_scenes and render: procedural scenes per split, then RGB / metric depth / dynamic masks /
-ego poses. Splits: train (domain A), test (A-test), kitti_like (B), nuscenes_like (C),
+ego poses. Splits: train (domain A), val (domain A, for premise checks, calibration and
+convergence; never reported as a result), test (A-test), kitti_like (B), nuscenes_like (C),
 probe (A settings with a stationary ego, for the disentanglement probe), pretrain (the teacher's
 broad randomised renders: random fov, image shape, palette, traffic; B/C shapes excluded)."""
 from __future__ import annotations
 
-import io
-
 import numpy as np
 
-from components.common.io import (load_torch, read_bytes, save_torch, write_bytes_atomic,
-                                  write_json_atomic)
+from components.common.io import load_npz, load_torch, save_npz, save_torch, write_json_atomic
 from components.fr3d.scenes import PALETTES, random_palette, render_sequence, sample_scene
 
-DOMAIN_SPLITS = ("train", "test", "kitti_like", "nuscenes_like")
+DOMAIN_SPLITS = ("train", "val", "test", "kitti_like", "nuscenes_like")
 EVAL_SPLITS = ("test", "kitti_like", "nuscenes_like")
 
 
-def save_npz(path, **arrays) -> None:
-    buf = io.BytesIO()
-    np.savez_compressed(buf, **arrays)
-    write_bytes_atomic(path, buf.getvalue())
-
-
-def load_npz(path) -> dict[str, np.ndarray]:
-    with np.load(io.BytesIO(read_bytes(path))) as f:
-        return {k: f[k] for k in f.files}
-
-
 def domain_of(scenes_cfg, split: str):
-    return getattr(scenes_cfg, "train" if split == "probe" else split)
+    return getattr(scenes_cfg, "train" if split in ("probe", "val") else split)
+
+
+def n_sequences(sc, split: str) -> int:
+    if split == "probe":
+        return sc.probe_seq
+    return sc.val_seq if split == "val" else domain_of(sc, split).n_seq
 
 
 def make_split(sc, split: str, rng: np.random.Generator) -> list[dict]:
@@ -41,18 +34,19 @@ def make_split(sc, split: str, rng: np.random.Generator) -> list[dict]:
             scene = sample_scene(rng, n_frames=sc.pretrain_frames, fps=sc.fps, speed=speed,
                                  turn_prob=float(rng.uniform(0.2, 0.9)),
                                  cars_per_100m=float(rng.uniform(0.0, 10.0)),
-                                 turn_radius_range=sc.turn_radius_range)
+                                 turn_radius_range=sc.turn_radius_range,
+                                 first_straight_range=sc.first_straight_range)
             records.append(dict(scene=scene, height=int(h), width=int(w),
                                 fov_deg=float(rng.uniform(*sc.pretrain_fov_range)),
                                 palette=random_palette(rng)))
         return records
     dom = domain_of(sc, split)
-    n = sc.probe_seq if split == "probe" else dom.n_seq
-    for _ in range(n):
+    for _ in range(n_sequences(sc, split)):
         speed = 0.0 if split == "probe" else float(rng.uniform(*sc.speed_range))
         scene = sample_scene(rng, n_frames=dom.n_frames, fps=sc.fps, speed=speed,
                              turn_prob=dom.turn_prob, cars_per_100m=dom.cars_per_100m,
-                             turn_radius_range=sc.turn_radius_range)
+                             turn_radius_range=sc.turn_radius_range,
+                             first_straight_range=sc.first_straight_range)
         records.append(dict(scene=scene, height=dom.height, width=dom.width, fov_deg=dom.fov_deg,
                             palette=PALETTES[dom.palette]))
     return records

@@ -6,7 +6,9 @@ forecast ce+1..ce+max(horizons). Methods:
 - oracle:     the teacher on the real future frames (upper bound, sees the future);
 - copy_last:  the teacher's depth at ce for every horizon; a stationary ego;
 - const_vel:  pose only: the teacher's last ego-motion repeated (closed form);
-- fr3d, no_share (pose + depth), scene_only (depth), feat2d (depth via its A-trained decoder).
+- fr3d, no_share (pose + depth), scene_only (depth), feat2d (depth via its A-trained decoder),
+  feat2d_copy_last (that decoder on the last context frame: the 2D forecaster's own copy-last);
+- gt_copy_last, gt_const_vel: the same two yardsticks on ground truth (shown, not judged).
 Depth: per-frame median scaling, AbsRel and delta1 on valid GT pixels, split into static and
 dynamic pixels by the GT mask. Pose: trajectory = teacher poses of the context + forecast
 motions, Sim(3)-aligned to GT (Umeyama), ATE / RPE over the forecast part.
@@ -20,8 +22,8 @@ from components.common.io import load_torch, write_table
 from components.fr3d.data import EVAL_SPLITS, load_split
 from components.fr3d.forecaster import (POSE_VARIANTS, denormalise, load_forecaster, normalise,
                                         rollout)
-from components.fr3d.geometry import (compose, depth_errors, median_scale, rotation_angle_deg,
-                                      trajectory_errors)
+from components.fr3d.geometry import (compose, depth_errors, median_scale, relative_poses,
+                                      rotation_angle_deg, trajectory_errors)
 from components.fr3d.teacher import load_teacher, unpatchify
 
 
@@ -58,11 +60,29 @@ def forecast_all(teacher, models: dict, tokens: dict, ce: int, n_ahead: int, con
                 f_pred = denormalise(f_pred, stats, key)
                 if decoder is not None:
                     add(name, "depth", unpatchify(decoder(f_pred), *grid).exp())
+                    # the same decoder on the last context frame: this forecaster's own copy-last
+                    last = unpatchify(decoder(tokens[key][sl, ce].float()), *grid).exp()
+                    add(f"{name}_copy_last", "depth", last[:, None].expand(-1, n_ahead, -1, -1))
                 else:
                     add(name, "depth", teacher.decode_depth(f_pred, grid))
                 if z_pred is not None:
                     add(name, "motion", teacher.decode_pose(denormalise(z_pred, stats, "z")).double())
     return {m: {k: np.concatenate(v) for k, v in d.items()} for m, d in out.items()}
+
+
+def ground_truth_references(frames: dict, ce: int, n_ahead: int, context: int,
+                            max_depth: float) -> dict[str, dict[str, np.ndarray]]:
+    """Forecasts that use ground truth instead of the teacher, as fixed yardsticks:
+    gt_copy_last repeats the true depth of the last context frame (invalid pixels, i.e. sky or
+    beyond max_depth, read as max_depth); gt_const_vel repeats the true last context motion
+    after the true context motions."""
+    depth = frames["depth"][:, ce].astype(np.float64).copy()
+    depth[depth <= 0] = max_depth
+    motion = relative_poses(frames["pose"].astype(np.float64))
+    lo = ce - context + 1
+    return {"context": {"motion": motion[:, lo + 1:ce + 1]},
+            "gt_copy_last": {"depth": np.repeat(depth[:, None], n_ahead, 1)},
+            "gt_const_vel": {"motion": np.repeat(motion[:, ce:ce + 1], n_ahead, 1)}}
 
 
 def score_split(split: str, preds: dict, frames: dict, ce: int, horizons: list[int],
@@ -125,7 +145,6 @@ def probe_rows(preds: dict, frames: dict, teacher_last: np.ndarray, ce: int, hor
 
 
 def rollout_eval_stage(cfg, ctx) -> None:
-    torch.set_num_threads(1)
     ev, fc, seed = cfg.evaluate, cfg.forecaster, ctx.item["seed"]
     teacher = load_teacher(ctx.inputs["pretrain_teacher"])
     tok_dir = ctx.inputs["extract_tokens"]
@@ -142,6 +161,11 @@ def rollout_eval_stage(cfg, ctx) -> None:
         frames = load_split(ctx.inputs["render"][split])
         preds = forecast_all(teacher, models, tokens, ev.context_end, n_ahead, fc.context,
                              ev.batch_size)
+        if split != "probe":
+            refs = ground_truth_references(frames, ev.context_end, n_ahead, fc.context,
+                                           cfg.scenes.max_depth)
+            rows += score_split(split, refs, frames, ev.context_end, ev.horizons, fc.context,
+                                ev.turn_deg)
         if split == "probe":
             with torch.no_grad():
                 last = teacher.decode_depth(tokens["F"][:, ev.context_end].float(),

@@ -20,11 +20,12 @@ import torch
 from torch import nn
 from torch.nn import functional as fn
 
-from components.common.io import load_torch, save_torch
+from components.common.io import load_torch, save_torch, write_json_atomic
 from components.common.seeds import seed_everything
 from components.common.train import fit
 from components.fr3d.data import load_split
-from components.fr3d.nn import CrossBlock, SelfBlock, grid_embedding
+from components.common.transformer import CrossBlock
+from components.fr3d.nn import SelfBlock, grid_embedding
 from components.fr3d.teacher import depth_head, silog_loss, unpatchify
 
 POSE_VARIANTS = ("fr3d", "no_share")
@@ -54,8 +55,10 @@ class Forecaster(nn.Module):
             nn.init.zeros_(self.out_z.bias)
             # info-share: pose stream reads the scene, scene stream reads the pose stream
             # (attention only, so the ablation without it differs by few parameters)
-            self.share_z = nn.ModuleList(CrossBlock(dim, heads, mlp=False) for _ in range(self.n_share))
-            self.share_f = nn.ModuleList(CrossBlock(dim, heads, mlp=False) for _ in range(self.n_share))
+            self.share_z = nn.ModuleList(CrossBlock(dim, heads, feed_forward=False)
+                                         for _ in range(self.n_share))
+            self.share_f = nn.ModuleList(CrossBlock(dim, heads, feed_forward=False)
+                                         for _ in range(self.n_share))
 
     @staticmethod
     def _chunks(n_layers: int, n_chunks: int) -> list[range]:
@@ -130,7 +133,32 @@ def rollout(model: Forecaster, f_ctx, z_ctx, grid, n_steps: int, detach: bool = 
     return torch.stack(fs, 1), (torch.stack(zs, 1) if zs[0] is not None else None)
 
 
-def train_forecaster(variant: str, seed: int, fc, tokens: dict, ctx, prefix: str) -> dict:
+def window_loss(m: Forecaster, f_win, z_win, k: int, fc, grid) -> torch.Tensor:
+    """Distillation loss of the k-th autoregressive prediction of a window of context + rollout
+    frames: the first k-1 steps feed the model its own (detached, gradient-free) predictions."""
+    c = fc.context
+    f_ctx, z_ctx = f_win[:, :c], z_win[:, :c]
+    if k > 1:
+        with torch.no_grad():
+            f_prev, z_prev = rollout(m, f_ctx, z_ctx, grid, k - 1)
+        f_ctx = torch.cat([f_win[:, k - 1:c], f_prev], 1)[:, -c:]
+        z_ctx = torch.cat([z_win[:, k - 1:c], z_prev], 1)[:, -c:] if z_prev is not None else z_ctx
+    f_pred, z_pred = m(f_ctx, z_ctx, grid)
+    loss = fn.smooth_l1_loss(f_pred, f_win[:, c + k - 1], beta=fc.beta)
+    if z_pred is not None:
+        loss = loss + fc.pose_weight * fn.smooth_l1_loss(z_pred, z_win[:, c + k - 1], beta=fc.beta)
+    return loss
+
+
+def validation_windows(tokens: dict, stats: dict, key: str, fc) -> tuple[torch.Tensor, torch.Tensor]:
+    """One fixed window per validation sequence (the last context + rollout frames)."""
+    span = fc.context + fc.rollout
+    f = normalise(tokens[key][:, -span:], stats, key)
+    return f, normalise(tokens["z"][:, -span:], stats, "z")
+
+
+def train_forecaster(variant: str, seed: int, fc, tokens: dict, ctx, prefix: str,
+                     val_tokens: dict | None = None) -> dict:
     rng = seed_everything(seed)
     stats = token_stats(tokens)
     key = "enc" if variant == "feat2d" else "F"
@@ -150,29 +178,39 @@ def train_forecaster(variant: str, seed: int, fc, tokens: dict, ctx, prefix: str
             yield f_all[idx[:, None], sel], z_all[idx[:, None], sel]
 
     def loss_fn(m, batch):
-        # AR training: rollout depth k in 1..r(step); the first k-1 steps feed the model its own
-        # (detached) predictions without gradient, the loss is on step k's prediction
+        # AR training: rollout depth k in 1..r(step), loss on the k-th prediction
         step["i"] += 1
         k = int(rng.integers(1, rollout_length(step["i"], fc) + 1))
-        f_win, z_win = batch
-        c = fc.context
-        f_ctx, z_ctx = f_win[:, :c], z_win[:, :c]
-        if k > 1:
-            with torch.no_grad():
-                f_prev, z_prev = rollout(m, f_ctx, z_ctx, grid, k - 1)
-            f_ctx = torch.cat([f_win[:, k - 1:c], f_prev], 1)[:, -c:]
-            z_ctx = torch.cat([z_win[:, k - 1:c], z_prev], 1)[:, -c:] if z_prev is not None else z_ctx
-        f_pred, z_pred = m(f_ctx, z_ctx, grid)
-        loss = fn.smooth_l1_loss(f_pred, f_win[:, c + k - 1], beta=fc.beta)
-        if z_pred is not None:
-            loss = loss + fc.pose_weight * fn.smooth_l1_loss(z_pred, z_win[:, c + k - 1], beta=fc.beta)
-        return loss
+        return window_loss(m, *batch, k, fc, grid)
+
+    eval_fn = None
+    if val_tokens is not None:
+        f_val, z_val = validation_windows(val_tokens, stats, key, fc)
+
+        def eval_fn(m):
+            # mean over every rollout depth: the quantity the AR schedule trains
+            return {f"{prefix}/val_loss": float(np.mean(
+                [window_loss(m, f_val, z_val, k, fc, grid).item() for k in range(1, fc.rollout + 1)]))}
 
     records = fit(model, batches(), loss_fn, steps=fc.steps, lr=fc.lr, warmup=fc.warmup,
-                  weight_decay=0.01, ctx=ctx, prefix=prefix, log_every=20)
+                  weight_decay=0.01, ctx=ctx, prefix=prefix, log_every=fc.log_every,
+                  eval_fn=eval_fn, eval_every=fc.log_every * fc.eval_every_logs)
     n_params = sum(p.numel() for p in model.parameters())
-    return {"model": model, "stats": stats, "final_loss": records[-1][f"{prefix}/loss"],
-            "n_params": n_params}
+    out = {"model": model, "stats": stats, "final_loss": records[-1][f"{prefix}/loss"],
+           "n_params": n_params}
+    if eval_fn is not None:
+        out.update(convergence(records, f"{prefix}/val_loss", fc.steps))
+    return out
+
+
+def convergence(records: list[dict], key: str, steps: int) -> dict[str, float]:
+    """Validation loss at the end, and its relative drop over the last quarter of training
+    (small: the model had converged within the budget)."""
+    curve = [(r["step"], r[key]) for r in records if key in r]
+    final = curve[-1][1]
+    before = min(curve, key=lambda sv: abs(sv[0] - 0.75 * steps))[1]
+    return {"val_loss": final, "val_loss_at_75pct": before,
+            "val_last_quarter_drop": (before - final) / final}
 
 
 def train_depth_decoder(fc, seed: int, tokens: dict, frames: dict, ctx) -> nn.Module:
@@ -200,18 +238,21 @@ def train_depth_decoder(fc, seed: int, tokens: dict, frames: dict, ctx) -> nn.Mo
 
 
 def _train_stage(cfg, ctx, variant: str) -> None:
-    torch.set_num_threads(1)
     fc, seed = cfg.forecaster, ctx.item["seed"]
     tokens = load_torch(ctx.inputs["extract_tokens"] / "train.pt")
-    out = train_forecaster(variant, seed, fc, tokens, ctx, prefix=f"{variant}")
+    val_tokens = load_torch(ctx.inputs["extract_tokens"] / "val.pt")
+    out = train_forecaster(variant, seed, fc, tokens, ctx, prefix=f"{variant}", val_tokens=val_tokens)
     blob = {"variant": variant, "state_dict": out["model"].state_dict(), "stats": out["stats"]}
-    metrics = {"final_loss": out["final_loss"], "n_params": out["n_params"]}
+    metrics = {k: out[k] for k in ("final_loss", "n_params", "val_loss", "val_loss_at_75pct",
+                                   "val_last_quarter_drop")}
     if variant == "feat2d":
         frames = load_split(ctx.inputs["render"]["train"])
         head = train_depth_decoder(fc, seed, tokens, frames, ctx)
         blob["decoder"] = head.state_dict()
         metrics["decoder_params"] = sum(p.numel() for p in head.parameters())
     save_torch(ctx.out_dir / "model.pt", blob)
+    write_json_atomic(ctx.out_dir / "convergence.json",
+                      {k: out[k] for k in ("val_loss", "val_loss_at_75pct", "val_last_quarter_drop")})
     ctx.write_metrics(metrics)
 
 

@@ -1,4 +1,5 @@
-"""Small attention blocks shared by the teacher and the forecasters (pre-norm, batch-first)."""
+"""Small attention blocks shared by the teacher and the forecasters (pre-norm, batch-first).
+Cross-attention is the shared ``components.common.transformer.CrossBlock``."""
 from __future__ import annotations
 
 import math
@@ -23,22 +24,6 @@ class SelfBlock(nn.Module):
         h = self.ln1(x)
         x = x + self.attn(h, h, h, need_weights=False)[0]
         return x + self.mlp(self.ln2(x))
-
-
-class CrossBlock(nn.Module):
-    """Queries ``q`` read from ``kv`` (cross-attention), then an MLP."""
-
-    def __init__(self, dim: int, heads: int, mlp: bool = True):
-        super().__init__()
-        self.ln_q, self.ln_kv = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
-        self.ln2 = nn.LayerNorm(dim) if mlp else None
-        self.mlp = MLP(dim, 4 * dim) if mlp else None
-
-    def forward(self, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
-        kv = self.ln_kv(kv)
-        q = q + self.attn(self.ln_q(q), kv, kv, need_weights=False)[0]
-        return q + self.mlp(self.ln2(q)) if self.mlp is not None else q
 
 
 def grid_embedding(h: int, w: int, dim: int) -> torch.Tensor:

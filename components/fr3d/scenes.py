@@ -132,10 +132,12 @@ def make_road(segments: list[tuple[float, float]]) -> Road:
 
 def sample_scene(rng: np.random.Generator, *, n_frames: int, fps: float, speed: float,
                  turn_prob: float, cars_per_100m: float, turn_radius_range=(14.0, 30.0),
-                 road_length: float = 160.0) -> dict:
-    """One scene as plain arrays (the gen_scenes record)."""
+                 first_straight_range=(10.0, 55.0), road_length: float = 160.0) -> dict:
+    """One scene as plain arrays (the gen_scenes record). The road starts with a straight of
+    ``first_straight_range`` metres; the ego starts 12 m in, so a short first straight puts
+    the first turn inside a few-second sequence."""
     s0 = 12.0
-    segments = [(float(rng.uniform(10.0, 55.0)), 0.0)]
+    segments = [(float(rng.uniform(*first_straight_range)), 0.0)]
     while sum(length for length, _ in segments) < road_length:
         if rng.random() < turn_prob:
             radius = float(rng.uniform(*turn_radius_range))

@@ -1,13 +1,14 @@
 """CUT3R-tiny: the stand-in for the frozen 3D foundation model (pre-trained here, then frozen).
 
-Per frame, a patch-8 CNN encoder turns the image (plus normalised pixel coordinates, so any
-image shape works) into spatial tokens. A learned pose query joins them; the tokens read a
+Per frame, a patch-8 CNN encoder turns the image, its difference to the previous frame (the
+cue for ego-motion, as the frame pairs a pose network sees) and normalised pixel coordinates
+(so any image shape works) into spatial tokens. A learned pose query joins them; the tokens read a
 persistent recurrent state (16 x 64) by cross-attention, mix by self-attention, and the state
 is written back from the tokens (CUT3R's read/write). Outputs per frame: the pose token z_t and
 the state-augmented spatial tokens F_t. Heads: depth (8x8 log-depth patch per token), pose
 (motion since the previous frame: 6D rotation + translation), horizontal field of view.
-The stateless encoder output is also exposed: it is the "2D feature" of the DINO-Foresight-like
-baseline.
+The stateless encoder output (no recurrent state) is also exposed: it is the "2D feature" of the
+DINO-Foresight-like baseline.
 """
 from __future__ import annotations
 
@@ -16,15 +17,17 @@ import torch
 from torch import nn
 from torch.nn import functional as fn
 
-from components.common.io import load_torch, read_json, save_torch, write_json_atomic
+from components.common.io import load_npz, load_torch, read_json, save_torch, write_json_atomic
 from components.common.seeds import seed_everything
 from components.common.train import fit
-from components.fr3d.data import load_npz, load_split
+from components.common.transformer import CrossBlock
+from components.fr3d.data import load_split
 from components.fr3d.geometry import matrix_to_rot6d, pose_from_9d, relative_poses
-from components.fr3d.nn import MLP, CrossBlock, SelfBlock
+from components.fr3d.nn import MLP, SelfBlock
 
 PATCH = 8
 IDENTITY_9D = torch.tensor([1.0, 0, 0, 0, 1, 0, 0, 0, 0])
+DIFF_GAIN = 8.0
 
 
 def depth_head(dim: int) -> nn.Module:
@@ -45,31 +48,36 @@ class TinyCUT3R(nn.Module):
         super().__init__()
         self.dim = dim
         self.encoder = nn.Sequential(
-            nn.Conv2d(5, 32, 3, 2, 1), nn.GELU(), nn.Conv2d(32, 48, 3, 2, 1), nn.GELU(),
+            nn.Conv2d(8, 32, 3, 2, 1), nn.GELU(), nn.Conv2d(32, 48, 3, 2, 1), nn.GELU(),
             nn.Conv2d(48, dim, 3, 2, 1), nn.GELU(), nn.Conv2d(dim, dim, 1))
         self.state0 = nn.Parameter(torch.randn(state_tokens, dim) * 0.02)
         self.pose_query = nn.Parameter(torch.randn(dim) * 0.02)
-        self.read = CrossBlock(dim, heads)
+        self.pose_pool = nn.Linear(dim, dim)        # pooled frame-pair evidence -> pose query
+        self.read = CrossBlock(dim, heads, ff_mult=4)
         self.mix = SelfBlock(dim, heads)
-        self.write = CrossBlock(dim, heads)
+        self.write = CrossBlock(dim, heads, ff_mult=4)
         self.depth_head = depth_head(dim)
         self.pose_head = MLP(dim, 2 * dim, 9)
         nn.init.zeros_(self.pose_head[-1].weight)
         nn.init.zeros_(self.pose_head[-1].bias)
         self.fov_head = MLP(dim, dim, 1)
 
-    def encode(self, rgb: torch.Tensor) -> torch.Tensor:
-        """(B, 3, H, W) in [0, 1] -> stateless 2D tokens (B, h*w, dim)."""
+    def encode(self, rgb: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
+        """Frame (B, 3, H, W) in [0, 1] and the previous frame -> stateless 2D tokens (B, h*w, dim)."""
         b, _, h, w = rgb.shape
         ys = (torch.arange(h, dtype=rgb.dtype) + 0.5 - h / 2) / (w / 2)
         xs = (torch.arange(w, dtype=rgb.dtype) + 0.5 - w / 2) / (w / 2)
         yy, xx = torch.meshgrid(ys, xs, indexing="ij")
         coords = torch.stack([xx, yy]).expand(b, 2, h, w)
-        feats = self.encoder(torch.cat([rgb * 2 - 1, coords], 1))
+        # the difference is amplified: a one-pixel shift changes few intensities by little
+        feats = self.encoder(torch.cat([rgb * 2 - 1, (rgb - prev) * DIFF_GAIN, coords], 1))
         return feats.flatten(2).transpose(1, 2)
 
     def step(self, enc: torch.Tensor, state: torch.Tensor):
-        x = torch.cat([self.pose_query.expand(len(enc), 1, -1), enc], 1)
+        # the pose query starts from the image-wide mean of the frame-pair features (camera
+        # motion moves every pixel), then reads the state and the tokens
+        query = self.pose_query + self.pose_pool(enc.mean(1))
+        x = torch.cat([query[:, None], enc], 1)
         x = self.mix(self.read(x, state))
         state = self.write(state, x)
         return x[:, 0], x[:, 1:], state
@@ -77,7 +85,8 @@ class TinyCUT3R(nn.Module):
     def forward(self, rgb: torch.Tensor):
         """(B, T, 3, H, W) -> z (B, T, dim), F (B, T, n, dim), enc (B, T, n, dim)."""
         b, t = rgb.shape[:2]
-        enc = self.encode(rgb.flatten(0, 1)).unflatten(0, (b, t))
+        prev = torch.cat([rgb[:, :1], rgb[:, :-1]], 1)     # the first frame is its own previous
+        enc = self.encode(rgb.flatten(0, 1), prev.flatten(0, 1)).unflatten(0, (b, t))
         state = self.state0.expand(b, -1, -1)
         zs, fs = [], []
         for k in range(t):
@@ -128,8 +137,18 @@ def check_no_leak(manifest: list[dict], scenes_cfg) -> None:
                 raise ValueError(f"teacher pre-training contains {split}'s exact fov {dom.fov_deg}")
 
 
+def check_clip_length(tc, sc) -> None:
+    """The teacher's recurrence must be trained on clips as long as the sequences it encodes
+    (a state never trained past frame k drifts after it)."""
+    longest = max(getattr(sc, s).n_frames for s in ("train", "test", "kitti_like", "nuscenes_like"))
+    if min(tc.clip_frames, sc.pretrain_frames) < longest:
+        raise ValueError(f"teacher.clip_frames={tc.clip_frames} / scenes.pretrain_frames="
+                         f"{sc.pretrain_frames} shorter than the {longest}-frame sequences it encodes")
+
+
 def pretrain_teacher_stage(cfg, ctx) -> None:
     tc, sc = cfg.teacher, cfg.scenes
+    check_clip_length(tc, sc)
     render_dir = ctx.inputs["render"]["pretrain"]
     check_no_leak(read_json(render_dir / "manifest.json"), sc)
     rng = seed_everything(tc.seed)
@@ -161,7 +180,8 @@ def pretrain_teacher_stage(cfg, ctx) -> None:
         l_depth = silog_loss(pred_log.flatten(0, 1), depth.flatten(0, 1), valid.flatten(0, 1))
         pose9 = m.decode_pose9(z)
         # the first frame of a clip has no previous frame: its motion is undefined
-        l_pose = (fn.l1_loss(pose9[:, 1:, :6], rel9[:, 1:, :6])
+        # rotation weighted up: a small yaw-rate error bends the whole chained trajectory
+        l_pose = (tc.rot_weight * fn.l1_loss(pose9[:, 1:, :6], rel9[:, 1:, :6])
                   + fn.l1_loss(pose9[:, 1:, 6:], rel9[:, 1:, 6:]))
         l_fov = fn.l1_loss(m.decode_fov(z).mean(1), torch.deg2rad(fov))
         return l_depth + tc.pose_weight * l_pose + tc.fov_weight * l_fov
@@ -187,27 +207,3 @@ def load_teacher(teacher_dir) -> TinyCUT3R:
     for p in model.parameters():
         p.requires_grad_(False)
     return model
-
-
-@torch.no_grad()
-def extract_tokens_stage(cfg, ctx) -> None:
-    """Run the frozen teacher over every domain split from frame 0 (state carried through the
-    whole sequence) and cache z, F and the stateless 2D features (float16)."""
-    teacher = load_teacher(ctx.inputs["pretrain_teacher"])
-    summary = {}
-    for split, render_dir in sorted(ctx.inputs["render"].items()):
-        if split == "pretrain":
-            continue
-        frames = load_split(render_dir)
-        zs, fs, es = [], [], []
-        for i in range(0, len(frames["rgb"]), 32):
-            z, f, e = teacher(to_tensor_rgb(frames["rgb"][i:i + 32]))
-            zs.append(z.half())
-            fs.append(f.half())
-            es.append(e.half())
-        h, w = frames["rgb"].shape[2] // PATCH, frames["rgb"].shape[3] // PATCH
-        save_torch(ctx.out_dir / f"{split}.pt", {"z": torch.cat(zs), "F": torch.cat(fs),
-                                                 "enc": torch.cat(es), "grid": (h, w)})
-        summary[f"n_tokens_{split}"] = int(torch.cat(fs).shape[2])
-        ctx.progress(len(summary), len(ctx.inputs["render"]) - 1, f"tokens {split}")
-    ctx.write_metrics(summary)

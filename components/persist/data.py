@@ -2,11 +2,9 @@
 frames, depth, class maps, cameras and agent-centred voxel crops from the ray caster."""
 from __future__ import annotations
 
-import io
-
 import numpy as np
 
-from components.common.io import read_bytes, write_bytes_atomic, write_json_atomic, write_table
+from components.common.io import load_npz, save_npz, write_json_atomic, write_table
 from components.common.seeds import seed_everything
 from components.persist.raycast import render_views
 from components.persist.world import (BACK, BREAK, FORWARD, LANDMARKS, LEFT, NOOP, PITCH_DOWN,
@@ -25,17 +23,6 @@ def env_spec(world) -> EnvSpec:
 def spin_steps(world) -> int:
     """Yaw actions in one full turn."""
     return int(round(360 / world.yaw_step_deg))
-
-
-def save_npz(path, **arrays) -> None:
-    buf = io.BytesIO()
-    np.savez_compressed(buf, **arrays)
-    write_bytes_atomic(path, buf.getvalue())
-
-
-def load_npz(path) -> dict[str, np.ndarray]:
-    with np.load(io.BytesIO(read_bytes(path))) as z:
-        return {k: z[k] for k in z.files}
 
 
 # ---------------------------------------------------------------------------------- worlds

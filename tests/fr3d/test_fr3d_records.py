@@ -23,3 +23,32 @@ def test_scene_records_round_trip(tmp_path):
                 assert got["scene"][key].dtype == array.dtype and np.array_equal(got["scene"][key], array)
                 n_empty += array.size == 0
     assert n_empty > 0      # scenes without cars: empty arrays (numpy pickles them via bytes())
+
+
+def test_shared_npz_round_trip(tmp_path):
+    from components.common.io import load_npz, save_npz
+
+    arrays = {"rgb": np.arange(24, dtype=np.uint8).reshape(2, 3, 4), "empty": np.zeros((0, 3)),
+              "mask": np.array([True, False])}
+    save_npz(tmp_path / "a" / "x.npz", **arrays)
+    back = load_npz(tmp_path / "a" / "x.npz")
+    assert back.keys() == arrays.keys()
+    assert all(back[k].dtype == v.dtype and np.array_equal(back[k], v) for k, v in arrays.items())
+
+
+def test_shared_cross_block_masks_padding_and_can_drop_its_feed_forward():
+    import torch
+
+    from components.common.transformer import CrossBlock
+
+    torch.manual_seed(0)
+    block = CrossBlock(16, 4)
+    q, kv = torch.randn(2, 3, 16), torch.randn(2, 5, 16)
+    pad = torch.zeros(2, 5, dtype=torch.bool)
+    pad[:, 3:] = True
+    changed = kv.clone()
+    changed[:, 3:] = torch.randn(2, 2, 16)     # only padded keys differ
+    assert torch.allclose(block(q, kv, pad), block(q, changed, pad), atol=1e-6)
+    assert not torch.allclose(block(q, kv), block(q, changed))
+    light = CrossBlock(16, 4, feed_forward=False)
+    assert light.ff is None and light.ln_ff is None and light(q, kv).shape == q.shape

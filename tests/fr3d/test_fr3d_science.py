@@ -227,14 +227,18 @@ def test_turning_flag_uses_the_yaw_change_over_the_window():
     assert rows[0]["yaw_change"] == pytest.approx(32.0, abs=1e-3) and rows[0]["turning"]
 
 
-def _fake_scores(gap: float, seeds=(0, 1, 2)) -> "pd.DataFrame":
+def _fake_scores(copy_last: float, seeds=(0, 1, 2), feat2d_shift: float = 0.0) -> "pd.DataFrame":
     import pandas as pd
 
     rows = []
     for seed in seeds:
         for split in ("test", "kitti_like", "nuscenes_like"):
-            for method, absrel, ate in (("fr3d", 0.10, 1.0), ("copy_last", 0.10 + gap, 2.0),
-                                        ("feat2d", 0.2, np.nan), ("no_share", 0.11, 1.0 / 0.8)):
+            shift = feat2d_shift if split != "test" else 0.0
+            for method, absrel, ate in (("fr3d", 0.09, 1.0), ("copy_last", copy_last, 2.0),
+                                        ("scene_only", 0.095, np.nan),
+                                        ("feat2d", 0.2 + shift, np.nan),
+                                        ("feat2d_copy_last", 0.2, np.nan),
+                                        ("no_share", 0.11, 1.0 / 0.8)):
                 for h in (1, 3, 5, 10):
                     for seq, turning in enumerate((True, False)):
                         rows.append(dict(seed=seed, split=split, method=method, horizon=h,
@@ -247,13 +251,80 @@ def test_report_criteria_over_concatenated_seeds():
 
     from components.fr3d.report import criteria
 
-    scores = pd.concat([_fake_scores(0.05, (s,)) for s in (0, 1, 2)], ignore_index=True)
+    scores = pd.concat([_fake_scores(0.10, (s,)) for s in (0, 1, 2)], ignore_index=True)
     probe = pd.DataFrame(dict(seed=[0, 0], method=["fr3d", "fr3d"], horizon=[10, 10], seq=[0, 1],
                               change_static=[0.01, 0.02], change_dynamic=[0.1, 0.1]))
     out = criteria(scores, probe, [1, 3, 5, 10])
-    assert out["n_seeds"] == 3 and out["F1_pass"] and out["F3_pass"] and out["F5_pass"]
+    assert out["n_seeds"] == 3 and out["F1_pass"] and out["F5_pass"]
+    assert out["F1_worst_ratio"] == pytest.approx(0.9)
+    # FR3D 0.9 of its copy-last, the 2D forecaster 1.0 of its own: margin -0.1 everywhere
+    assert out["F3_margin_A"] == pytest.approx(-0.1) and out["F3_pass"] and out["F4_pass"]
     assert out["F2_ratio"] == pytest.approx(0.8) and out["F2_pass"]
-    assert out["F4_shift_ratio_fr3d"] == pytest.approx(1.0) and not out["F4_pass"]
-    worse = criteria(_fake_scores(-0.01), probe, [1, 3, 5, 10])
-    assert worse["F1_pass"] is False
+    # a 3 % gain over copy-last is short of the pre-registered 5 %
+    assert criteria(_fake_scores(0.0928), probe, [1, 3, 5, 10])["F1_pass"] is False
+    # the 2D forecaster beating its own copy-last by more under shift fails F4 only
+    shifted = criteria(_fake_scores(0.10, feat2d_shift=-0.04), probe, [1, 3, 5, 10])
+    assert shifted["F3_pass"] and not shifted["F4_pass"]
+    assert shifted["F4_margin_BC"] == pytest.approx(0.9 - 0.8)
     assert criteria(scores, probe, [1, 3])["F1_pass"] is None     # horizons not run: not judged
+
+
+def test_convergence_premise_flags_the_worst_model():
+    from components.fr3d.forecaster import convergence
+    from components.fr3d.report import convergence_premise
+
+    flat = [{"step": s, "x/val_loss": 1.0} for s in (20, 40, 60, 80)]
+    falling = [{"step": s, "x/val_loss": v} for s, v in ((20, 2.0), (40, 1.5), (60, 1.2), (80, 1.0))]
+    assert convergence(flat, "x/val_loss", 80)["val_last_quarter_drop"] == 0.0
+    assert convergence(falling, "x/val_loss", 80)["val_last_quarter_drop"] == pytest.approx(0.2)
+    out = convergence_premise({"a": {"val_last_quarter_drop": 0.01},
+                               "b": {"val_last_quarter_drop": 0.2}})
+    assert out["P3_worst_model"] == "b" and out["P3_pass"] is False
+
+
+def test_teacher_trains_on_clips_as_long_as_it_encodes():
+    # bug: the teacher was pre-trained on 6-frame clips but encoded 20-frame recurrences
+    from components.fr3d.config import Fr3dConfig
+    from components.fr3d.teacher import check_clip_length
+
+    for profile in ("smoke", "small"):
+        cfg = Fr3dConfig.for_profile(profile)
+        check_clip_length(cfg.teacher, cfg.scenes)
+    old = Fr3dConfig.for_profile("small", {"teacher": {"clip_frames": 6}})
+    with pytest.raises(ValueError, match="clip_frames=6"):
+        check_clip_length(old.teacher, old.scenes)
+
+
+def test_teacher_tokens_see_the_previous_frame():
+    # bug: the pose token of a frame could not depend on the camera motion since the previous
+    # frame except through the recurrent state; the encoder now sees the frame difference
+    from components.fr3d.teacher import TinyCUT3R
+
+    torch.manual_seed(0)
+    model = TinyCUT3R(dim=32, state_tokens=4, heads=4)
+    frame, prev_a, prev_b = torch.rand(3, 1, 3, 16, 24)
+    assert not torch.allclose(model.encode(frame, prev_a), model.encode(frame, prev_b))
+    with torch.no_grad():
+        za = model(torch.stack([prev_a, frame], 1))[0][:, 1]
+        zb = model(torch.stack([prev_b, frame], 1))[0][:, 1]
+    assert not torch.allclose(za, zb)
+
+
+def test_ground_truth_yardsticks_are_exact_where_they_should_be():
+    from components.fr3d.evaluate import ground_truth_references, score_split
+
+    n_frames, ce = 8, 3
+    # straight road at constant speed: constant velocity is exact
+    poses = np.stack([camera_pose(0.0, 1.6 * k, 0.0, 1.5, 6.0) for k in range(n_frames)])[None]
+    depth = np.full((1, n_frames, 4, 4), 10.0, np.float32)
+    depth[0, ce, 0, 0] = 0.0                               # sky in the last context frame
+    frames = {"pose": poses.astype(np.float32), "depth": depth,
+              "dynamic": np.zeros((1, n_frames, 4, 4), bool)}
+    refs = ground_truth_references(frames, ce, 4, context=4, max_depth=60.0)
+    assert refs["gt_copy_last"]["depth"].shape == (1, 4, 4, 4)
+    assert refs["gt_copy_last"]["depth"][0, 0, 0, 0] == 60.0
+    rows = score_split("val", refs, frames, ce, [4], context=4, turn_deg=15.0)
+    pose_row = next(r for r in rows if r["method"] == "gt_const_vel")
+    assert pose_row["ate"] == pytest.approx(0.0, abs=1e-6)
+    depth_row = next(r for r in rows if r["method"] == "gt_copy_last")
+    assert 0 < depth_row["absrel"] < 1
