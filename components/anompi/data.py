@@ -8,14 +8,26 @@ from components.anompi.video import make_specs
 from components.common.io import read_table, write_table
 
 
+SPLITS = ("train", "val", "test")
+
+
+def split_specs(env) -> dict[str, dict[str, np.ndarray]]:
+    """Each split from its own generator seed, so a new test seed leaves train/val unchanged."""
+    sizes = {"train": env.n_train, "val": env.n_val, "test": env.n_test}
+    seeds = {"train": env.seed, "val": env.val_seed, "test": env.test_seed}
+    out, offset = {}, 0
+    for split in SPLITS:
+        out[split] = make_specs(sizes[split], env, np.random.default_rng(seeds[split]), id_offset=offset)
+        offset += sizes[split]
+    return out
+
+
 def build_env_stage(cfg, ctx) -> None:
     env = cfg.env
-    rng = np.random.default_rng(env.seed)
-    for split, n, offset in (("train", env.n_train, 0), ("test", env.n_test, env.n_train)):
-        specs = make_specs(n, env, rng, id_offset=offset)
+    for split, specs in split_specs(env).items():
         write_table(ctx.out_dir / f"{split}.parquet", specs)
     counts = np.bincount(make_counts(ctx.out_dir / "train.parquet"), minlength=len(CLASSES))
-    ctx.write_metrics({"n_train": env.n_train, "n_test": env.n_test,
+    ctx.write_metrics({"n_train": env.n_train, "n_val": env.n_val, "n_test": env.n_test,
                        **{f"train_{c}": int(k) for c, k in zip(CLASSES, counts)}})
 
 

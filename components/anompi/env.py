@@ -39,6 +39,15 @@ def uniform_frames(T: int, k: int) -> np.ndarray:
     return np.unique(((np.arange(k) + 0.5) * T / k).astype(int))
 
 
+def pair_frames(T: int, k: int) -> np.ndarray:
+    """The passive pairs sampler: k//2 grid positions, each with its next frame (sees motion)."""
+    starts = uniform_frames(T, max(1, k // 2))
+    return np.unique(np.clip(np.concatenate([starts, starts + 1]), 0, T - 1))
+
+
+PASSIVE_SAMPLERS = {"uniform": uniform_frames, "pairs": pair_frames}
+
+
 @dataclass
 class State:
     vid: torch.Tensor        # (B,) video index into the cache
@@ -124,12 +133,17 @@ class ActiveEnv:
             keep = t >= 0
             obs[r[keep], t[keep]] = True
         focus, lo, hi = st.focus.clone(), st.span_lo.clone(), st.span_hi.clone()
-        L, j = self.cfg.fine_len, self.cfg.n_anchors
+        j = self.cfg.n_anchors
         dense = act & (action < j + 2 * len(OFFSETS))
-        start = tg[torch.arange(len(action)), action.clamp(max=self.A - 1), 0]
+        # the window actually acquired: its in-range frames (a BACKTRACK near frame 0 or an
+        # ADVANCE near the end is clipped; its first target may be -1, which is not a focus)
+        chosen = tg[torch.arange(len(action)), action.clamp(max=self.A - 1)]
+        inside = chosen >= 0
+        start = torch.where(inside, chosen, self.T).amin(-1)
+        end = torch.where(inside, chosen, -1).amax(-1) + 1
         focus = torch.where(dense, start, focus)
         lo = torch.where(dense, start, lo)
-        hi = torch.where(dense, start + L, hi)
+        hi = torch.where(dense, end, hi)
         expand = act & (action == j + 2 * len(OFFSETS))
         gap = ((hi - lo) // 2).clamp(min=2)
         lo, hi = torch.where(expand, lo - 2 * gap, lo), torch.where(expand, hi + 2 * gap, hi)

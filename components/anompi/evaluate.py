@@ -2,7 +2,7 @@
 
 Policies: passive uniform (k frames on a grid, the paper-style passive baseline), passive pairs
 (k/2 grid positions, each with its next frame: a stronger passive baseline that can see motion),
-dense (every frame: the perception ceiling), the scripted warm-start trajectory, the warm-start
+each through its own belief head (passive.py), dense (every frame: the perception ceiling), the scripted warm-start trajectory, the warm-start
 (SFT) policy, iDPO and its AEI ablations. The oracle (a dense window on the true event) uses the
 event window and is analysis only, like the localisation numbers.
 """
@@ -15,16 +15,13 @@ import torch
 
 from components.anompi.bound import passive_bound
 from components.anompi.data import load_specs
-from components.anompi.env import uniform_frames
+from components.anompi.env import PASSIVE_SAMPLERS, uniform_frames
+from components.anompi.passive import (fixed_embeddings, head_accuracy, load_passive_head,
+                                       load_passive_heads, oracle_frames)
 from components.anompi.perception import belief
 from components.anompi.policy import run_episodes
 from components.anompi.train import load_policy, make_env
 from components.common.io import write_table
-
-
-def pair_frames(T: int, k: int) -> np.ndarray:
-    starts = uniform_frames(T, max(1, k // 2))
-    return np.unique(np.clip(np.concatenate([starts, starts + 1]), 0, T - 1))
 
 
 def _fixed(env, frames_per_video: np.ndarray | list) -> torch.Tensor:
@@ -36,6 +33,18 @@ def _fixed(env, frames_per_video: np.ndarray | list) -> torch.Tensor:
         for i, f in enumerate(frames_per_video):
             obs[i, torch.as_tensor(f)] = True
     return obs
+
+
+def passive_score(env, heads: dict, hidden: int, kind: str, k: int, y: np.ndarray) -> tuple[float, float]:
+    """Accuracy of passive sampler ``kind`` at k frames through its own belief head."""
+    frames = PASSIVE_SAMPLERS[kind](env.T, k)
+    head = load_passive_head(heads, hidden, kind, k)
+    return head_accuracy(head, fixed_embeddings(env.cache, frames), y), float(len(frames))
+
+
+def same_actions(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Share of videos whose whole action sequences are identical."""
+    return float((a == b).all(1).float().mean())
 
 
 def _score(env, obs: torch.Tensor, y: np.ndarray) -> tuple[float, float]:
@@ -51,11 +60,19 @@ def event_overlap(obs: torch.Tensor, specs: dict) -> float:
     return float(np.mean(hit))
 
 
-def evaluate_stage(cfg, ctx) -> None:
-    seed = int(ctx.item["seed"])
-    pdir = ctx.inputs["pretrain_perception"]
-    env = make_env(pdir, cfg.policy, split="test")
-    specs = load_specs(ctx.inputs["build_env"] / "test.parquet")
+def active_runs(cfg, ctx, seed: int) -> dict:
+    runs = {"script": (None, "script"), "sft": (ctx.inputs["sft_policy"][str(seed)], "greedy")}
+    for variant in cfg.idpo.variants:
+        runs[f"idpo_{variant}"] = (ctx.inputs["train_idpo"][f"{variant}-{seed}"], "greedy")
+    return runs
+
+
+def evaluate_split(cfg, env_dir, pdir, heads_dir, runs: dict, split: str, seed: int):
+    """Every policy on one split: rows of the results table, the active episodes and metrics.
+    The stage calls it on test; calibration (calibrate.py) on val."""
+    env = make_env(pdir, cfg.policy, split=split)
+    specs = load_specs(env_dir / f"{split}.parquet")
+    heads, hidden = load_passive_heads(heads_dir)
     y = specs["label"]
     T, e = cfg.env.n_frames, cfg.env
     rows = []
@@ -65,45 +82,39 @@ def evaluate_stage(cfg, ctx) -> None:
                      "frames": frames, "steps": steps, "seed": seed,
                      "event_motion_seen": float("nan") if overlap is None else overlap})
 
-    # learned / scripted active policies (greedy)
+    # learned / scripted active policies (greedy), all through the shared perception
     vid = torch.arange(len(y))
     results = {}
-    runs = {"script": (None, "script"), "sft": (ctx.inputs["sft_policy"][str(seed)], "greedy")}
-    for variant in cfg.idpo.variants:
-        runs[f"idpo_{variant}"] = (ctx.inputs["train_idpo"][f"{variant}-{seed}"], "greedy")
     for name, (folder, mode) in runs.items():
         policy = None if folder is None else load_policy(folder, cfg.policy.hidden)
         res = run_episodes(env, vid, policy, mode=mode, script_threshold=cfg.sft.saliency_threshold)
-        acc = float((res["pred"].numpy() == y).mean())
         results[name] = res
-        add(name, acc, float(res["frames"].float().mean()), float(res["steps"].float().mean()),
-            overlap=event_overlap(res["obs"], specs))
-    # passive baselines and the ideal-observer bound on the same grid
+        add(name, float((res["pred"].numpy() == y).mean()), float(res["frames"].float().mean()),
+            float(res["steps"].float().mean()), overlap=event_overlap(res["obs"], specs))
+    # passive baselines, each through its own head, and the ideal-observer bound of each grid
     for k in cfg.evaluate.passive_frames:
+        for kind, sampler in PASSIVE_SAMPLERS.items():
+            acc, fr = passive_score(env, heads, hidden, kind, k, y)
+            add(f"passive_{kind}", acc, fr, k=k)
+            b = passive_bound(T, sampler(T, k), e.actor_len, e.event_len, e.distractor_rate)
+            add(f"bound_{kind}", b["accuracy"], fr, k=k)
+        # the v1 baseline for the record: uniform grid through the shared (mixed-pattern) head
         acc, fr = _score(env, _fixed(env, uniform_frames(T, k)), y)
-        add("passive_uniform", acc, fr, k=k)
-        b = passive_bound(T, uniform_frames(T, k), e.actor_len, e.event_len, e.distractor_rate)
-        add("bound_uniform", b["accuracy"], float(len(uniform_frames(T, k))), k=k)
-        acc, fr = _score(env, _fixed(env, pair_frames(T, k)), y)
-        add("passive_pairs", acc, fr, k=k)
+        add("passive_uniform_shared_head", acc, fr, k=k)
     acc, fr = _score(env, _fixed(env, np.arange(T)), y)
     add("dense", acc, fr, k=T)
-    oracle = [np.concatenate([uniform_frames(T, cfg.policy.n_anchors),
-                              np.arange(s, min(T, s + cfg.policy.fine_len))])
-              for s in specs["event_start"]]
+    oracle = oracle_frames(T, cfg.policy.n_anchors, cfg.policy.fine_len, specs["event_start"])
     acc, fr = _score(env, _fixed(env, oracle), y)
     add("oracle_window", acc, fr)
     # the equal-frame passive comparison for iDPO (full): k = ceil(mean frames of iDPO)
-    metrics = {}
-    main = "idpo_full" if "idpo_full" in results else f"idpo_{cfg.idpo.variants[0]}"
+    main = "idpo_full" if "idpo_full" in results else next(n for n in results if n.startswith("idpo"))
     k_eq = int(math.ceil(float(results[main]["frames"].float().mean())))
-    acc_eq, fr_eq = _score(env, _fixed(env, uniform_frames(T, k_eq)), y)
-    pairs_eq, _ = _score(env, _fixed(env, pair_frames(T, k_eq)), y)
-    b_eq = passive_bound(T, uniform_frames(T, k_eq), e.actor_len, e.event_len, e.distractor_rate)
-    add("passive_uniform_eq", acc_eq, fr_eq, k=k_eq)
-    add("passive_pairs_eq", pairs_eq, float(len(pair_frames(T, k_eq))), k=k_eq)
-    add("bound_uniform_eq", b_eq["accuracy"], float(k_eq), k=k_eq)
-    write_table(ctx.out_dir / "results.parquet", {c: [r[c] for r in rows] for c in rows[0]})
+    for kind, sampler in PASSIVE_SAMPLERS.items():
+        acc, fr = passive_score(env, heads, hidden, kind, k_eq, y)
+        add(f"passive_{kind}_eq", acc, fr, k=k_eq)
+        b = passive_bound(T, sampler(T, k_eq), e.actor_len, e.event_len, e.distractor_rate)
+        add(f"bound_{kind}_eq", b["accuracy"], fr, k=k_eq)
+    metrics = {"k_eq": k_eq}
     for r in rows:
         if r["k"] == -1 or r["policy"].endswith("_eq") or r["policy"] == "dense":
             key = r["policy"]
@@ -111,5 +122,18 @@ def evaluate_stage(cfg, ctx) -> None:
             metrics[f"frames_{key}"] = r["frames"]
             if r["k"] == -1 and not key.startswith("oracle"):
                 metrics[f"steps_{key}"] = r["steps"]
-    metrics["k_eq"] = k_eq
+    # why rows can repeat across seeds: how often a policy just replays the script
+    for name, res in results.items():
+        if name != "script":
+            metrics[f"same_actions_as_script_{name}"] = same_actions(res["actions"], results["script"]["actions"])
+    return rows, results, metrics
+
+
+def evaluate_stage(cfg, ctx) -> None:
+    seed = int(ctx.item["seed"])
+    rows, results, metrics = evaluate_split(
+        cfg, ctx.inputs["build_env"], ctx.inputs["pretrain_perception"],
+        ctx.inputs["passive_baselines"], active_runs(cfg, ctx, seed), "test", seed)
+    write_table(ctx.out_dir / "results.parquet", {c: [r[c] for r in rows] for c in rows[0]})
+    np.savez(ctx.out_dir / "actions.npz", **{n: r["actions"].numpy() for n, r in results.items()})
     ctx.write_metrics(metrics)

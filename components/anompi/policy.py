@@ -140,16 +140,54 @@ def aei_utility(correct, info_gain, frames, n_init: int, budget: int,
             - lambda_cost * (np.asarray(frames, float) - n_init) / budget)
 
 
-def preference_pairs(video: np.ndarray, utility: np.ndarray, margin: float) -> list[tuple[int, int]]:
-    """Per video: (best, worst) trajectory row indices when U(best) - U(worst) > margin."""
+PAIR_KINDS = ("outcome", "cost")
+
+
+def _outcome_pairs(rows, correct, frames, utility, n_max: int, margin: float) -> list:
+    """Correct over wrong rollouts of one video, each wrong one matched by the nearest number of
+    frames viewed (used once), so the pair differs in success and hardly in cost."""
+    wins = [r for r in rows[np.argsort(-utility[rows], kind="stable")] if correct[r]]
+    losers = [r for r in rows if not correct[r]]
+    pairs = []
+    for w in wins[:n_max]:
+        if not losers:
+            break
+        j = int(np.argmin([abs(frames[w] - frames[l]) for l in losers]))
+        l = losers.pop(j)
+        if utility[w] - utility[l] > margin:
+            pairs.append((int(w), int(l), "outcome"))
+    return pairs
+
+
+def _cost_pairs(rows, correct, utility, groups, margin: float) -> list:
+    """Within each success group: highest over lowest utility (equal success, so the pair is
+    decided by cost and evidence)."""
+    pairs = []
+    for group in groups:
+        members = rows[correct[rows] == (group == "correct")]
+        if len(members) < 2:
+            continue
+        u = utility[members]
+        w, l = members[int(np.argmax(u))], members[int(np.argmin(u))]
+        if utility[w] - utility[l] > margin:
+            pairs.append((int(w), int(l), "cost"))
+    return pairs
+
+
+def preference_pairs(video: np.ndarray, utility: np.ndarray, correct: np.ndarray, frames: np.ndarray,
+                     margin: float, outcome_pairs: int = 2,
+                     cost_groups=("correct",)) -> list[tuple[int, int, str]]:
+    """The pre-registered pairing rule (CLAIMS.md): per video, up to ``outcome_pairs`` pairs of
+    a correct over a wrong rollout at the nearest frame count, plus one pair per success group
+    in ``cost_groups`` (best over worst AEI utility). The winner always has the higher utility,
+    by more than ``margin``. Returns (winner row, loser row, kind)."""
+    correct = np.asarray(correct).astype(bool)
     pairs = []
     order = np.argsort(video, kind="stable")
     bounds = np.flatnonzero(np.diff(video[order])) + 1
     for rows in np.split(order, bounds):
-        u = utility[rows]
-        w, l = rows[int(np.argmax(u))], rows[int(np.argmin(u))]
-        if utility[w] - utility[l] > margin:
-            pairs.append((int(w), int(l)))
+        pairs += _outcome_pairs(rows, correct, frames, utility, outcome_pairs, margin)
+        pairs += _cost_pairs(rows, correct, utility, cost_groups, margin)
     return pairs
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from components.anompi.data import labels_only, load_specs
+from components.anompi.data import SPLITS, labels_only, load_specs
 from components.anompi.env import uniform_frames
 from components.anompi.perception import (BeliefHead, ClipEncoder, belief, descriptors, encode_videos,
                                          train_perception)
@@ -17,30 +17,28 @@ from components.common.seeds import seed_everything
 def pretrain_perception_stage(cfg, ctx) -> None:
     seed_everything(cfg.perception.seed)
     env_dir = ctx.inputs["build_env"]
-    train, test = load_specs(env_dir / "train.parquet"), load_specs(env_dir / "test.parquet")
+    specs = {split: load_specs(env_dir / f"{split}.parquet") for split in SPLITS}
     ctx.progress(0, 3, "rendering videos")
-    desc_train = descriptors(render_all(train, cfg.env))
-    desc_test = descriptors(render_all(test, cfg.env))
+    desc = {split: descriptors(render_all(s, cfg.env)) for split, s in specs.items()}
     ctx.progress(1, 3, "training the clip encoder and belief head")
-    enc, head, losses = train_perception(desc_train, labels_only(train), cfg.perception,
+    enc, head, losses = train_perception(desc["train"], labels_only(specs["train"]), cfg.perception,
                                          cfg.policy, ctx=ctx)
     save_torch(ctx.out_dir / "perception.pt", {"encoder": enc.state_dict(), "head": head.state_dict(),
                                                "emb_dim": cfg.perception.emb_dim,
                                                "hidden": cfg.perception.hidden})
     ctx.progress(2, 3, "encoding every frame")
-    for split, desc in (("train", desc_train), ("test", desc_test)):
-        cache = encode_videos(enc, head, desc)
-        np.savez(ctx.out_dir / f"cache_{split}.npz", **cache)
-    cache = load_cache(ctx.out_dir, "test")
-    T = cfg.env.n_frames
-    y = test["label"]
+    for split in SPLITS:
+        np.savez(ctx.out_dir / f"cache_{split}.npz", **encode_videos(enc, head, desc[split]))
+    # sanity numbers on validation (the test split is only read by evaluate)
+    cache = load_cache(ctx.out_dir, "val")
+    T, y = cfg.env.n_frames, specs["val"]["label"]
     vid = torch.arange(len(y))
     metrics = {"final_loss": losses[-1]}
     for name, frames in (("dense", np.arange(T)), ("uniform32", uniform_frames(T, 32)),
                          ("scan", uniform_frames(T, cfg.policy.n_anchors))):
         obs = torch.zeros(len(y), T, dtype=torch.bool)
         obs[:, frames] = True
-        metrics[f"test_acc_{name}"] = float((belief(head, cache, vid, obs).argmax(-1).numpy() == y).mean())
+        metrics[f"val_acc_{name}"] = float((belief(head, cache, vid, obs).argmax(-1).numpy() == y).mean())
     ctx.write_metrics(metrics)
 
 

@@ -48,10 +48,26 @@ def criteria(df: pd.DataFrame, variants: list[str]) -> dict:
                              and abs(out["c_acc_change"]) <= ACC_TOLERANCE)
     out["d_passive_minus_bound"] = mean_diff(get("passive_uniform_eq"), get("bound_uniform_eq"))
     out["d_pass"] = abs(out["d_passive_minus_bound"]) <= BOUND_TOLERANCE
+    for kind in ("uniform", "pairs"):    # the passive heads' share of their bound, on test
+        out[f"{kind}_ratio_to_bound_eq"] = float(np.mean(
+            [get(f"passive_{kind}_eq")[s] / get(f"bound_{kind}_eq")[s] for s in seeds]))
     if full is not None:          # sanity, not gated: iDPO between passive and the oracle window
         out["between_passive_and_oracle"] = bool(
             np.mean(list(get("passive_uniform_eq").values())) <= np.mean(list(full.values()))
             <= np.mean(list(get("oracle_window").values())))
+    return out
+
+
+def cross_seed_agreement(actions: list[dict[str, np.ndarray]]) -> dict[str, float]:
+    """Per active policy: share of test videos on which every seed's greedy action sequence is
+    the same (1.0 means the seeds are one policy in effect, so their accuracies coincide)."""
+    out = {}
+    for name in actions[0]:
+        ref = actions[0][name]
+        same = np.ones(len(ref), bool)
+        for other in actions[1:]:
+            same &= (other[name] == ref).all(1)
+        out[f"cross_seed_same_actions_{name}"] = float(same.mean())
     return out
 
 
@@ -83,7 +99,8 @@ def _plot(table: pd.DataFrame, path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for name, style in (("passive_uniform", "o-"), ("passive_pairs", "s--"), ("bound_uniform", "k:")):
+    for name, style in (("passive_uniform", "o-"), ("passive_pairs", "s--"), ("bound_uniform", "k:"),
+                        ("bound_pairs", "k-."), ("passive_uniform_shared_head", "x:")):
         sub = table[table.policy == name].sort_values("frames")
         ax.plot(sub.frames, sub.accuracy, style, label=name, ms=4)
     for name in ("script", "sft", "idpo_full", "idpo_no_info", "idpo_no_cost", "oracle_window"):
@@ -103,6 +120,11 @@ def report_stage(cfg, ctx) -> None:
     df = pd.concat([read_table(p / "results.parquet").to_pandas()
                     for p in ctx.inputs["evaluate"].values()], ignore_index=True)
     result = criteria(df, list(cfg.idpo.variants))
+    actions = []
+    for p in ctx.inputs["evaluate"].values():
+        with np.load(p / "actions.npz") as z:
+            actions.append({k: z[k] for k in z.files})
+    result.update(cross_seed_agreement(actions))
     table = summary_table(df)
     write_json_atomic(ctx.out_dir / "criteria.json", result)
     write_table_md = _fmt(table.sort_values(["policy", "k"]))
@@ -117,5 +139,6 @@ def report_stage(cfg, ctx) -> None:
             if isinstance(v, (int, float, bool, np.bool_))}
     for _, r in table[table.k == -1].iterrows():
         flat[f"acc_{r.policy}"] = float(r.accuracy)
+        flat[f"acc_std_{r.policy}"] = float(r.accuracy_std)
         flat[f"frames_{r.policy}"] = float(r.frames)
     ctx.write_metrics(flat)

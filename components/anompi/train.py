@@ -8,7 +8,7 @@ import torch
 
 from components.anompi.data import labels_only, load_specs
 from components.anompi.env import ActiveEnv
-from components.anompi.policy import (PolicyNet, aei_utility, dpo_loss, masked_log_probs,
+from components.anompi.policy import (PAIR_KINDS, PolicyNet, aei_utility, dpo_loss, masked_log_probs,
                                       preference_pairs, run_episodes, stack_features,
                                       trajectory_logp)
 from components.anompi.pretrain import load_cache, load_head
@@ -137,11 +137,28 @@ def rollout_stage(cfg, ctx) -> None:
                        "frames": float(ro["frames"].mean()), "steps": float(ro["steps"].mean())})
 
 
-def pairs_from_rollouts(ro: dict, variant: str, cfg) -> tuple[list[tuple[int, int]], np.ndarray]:
+def pairs_from_rollouts(ro: dict, variant: str, cfg) -> tuple[list[tuple[int, int, str]], np.ndarray]:
     li, lc = variant_weights(variant, cfg.idpo)
     u = aei_utility(ro["correct"], ro["info_gain"], ro["frames"], cfg.policy.n_anchors,
                     cfg.policy.budget, li, lc)
-    return preference_pairs(ro["video"], u, cfg.idpo.margin), u
+    pairs = preference_pairs(ro["video"], u, ro["correct"], ro["frames"], cfg.idpo.margin,
+                             cfg.idpo.outcome_pairs, cfg.idpo.cost_groups)
+    return pairs, u
+
+
+def pair_metrics(ro: dict, pairs, u: np.ndarray) -> dict:
+    """How the pairs split into kinds and what separates winners from losers."""
+    out = {"n_pairs": len(pairs)}
+    for kind in PAIR_KINDS:
+        sel = [(w, l) for w, l, k in pairs if k == kind]
+        out[f"n_{kind}_pairs"] = len(sel)
+        if sel:
+            w, l = np.array(sel).T
+            out[f"{kind}_winner_frames"] = float(ro["frames"][w].mean())
+            out[f"{kind}_loser_frames"] = float(ro["frames"][l].mean())
+            out[f"{kind}_mean_margin"] = float((u[w] - u[l]).mean())
+            out[f"{kind}_winner_correct"] = float(ro["correct"][w].mean())
+    return out
 
 
 def build_preferences_stage(cfg, ctx) -> None:
@@ -151,11 +168,9 @@ def build_preferences_stage(cfg, ctx) -> None:
     w = np.array([p[0] for p in pairs], dtype=np.int64)
     l_ = np.array([p[1] for p in pairs], dtype=np.int64)
     write_table(ctx.out_dir / "pairs.parquet", {"video": ro["video"][w], "winner": w, "loser": l_,
+                                               "kind": [p[2] for p in pairs],
                                                "u_winner": u[w], "u_loser": u[l_]})
-    ctx.write_metrics({"n_pairs": len(pairs), "mean_margin": float((u[w] - u[l_]).mean()) if len(w) else 0.0,
-                       "winner_correct": float(ro["correct"][w].mean()) if len(w) else 0.0,
-                       "winner_frames": float(ro["frames"][w].mean()) if len(w) else 0.0,
-                       "loser_frames": float(ro["frames"][l_].mean()) if len(w) else 0.0})
+    ctx.write_metrics(pair_metrics(ro, pairs, u))
 
 
 # -- iDPO ---------------------------------------------------------------------------------------
@@ -166,6 +181,7 @@ def idpo_round(policy: PolicyNet, env: ActiveEnv, ro: dict, pairs, cfg, rng, ctx
     ref = copy.deepcopy(policy).eval()
     w = np.array([p[0] for p in pairs])
     l_ = np.array([p[1] for p in pairs])
+    n_outcome = sum(p[2] == "outcome" for p in pairs)
     acts = torch.as_tensor(ro["actions"])
     vid = torch.as_tensor(ro["video"])
     fw = replay(env, vid[w], acts[w])
@@ -194,7 +210,8 @@ def idpo_round(policy: PolicyNet, env: ActiveEnv, ro: dict, pairs, cfg, rng, ctx
     with torch.no_grad():
         margin = (trajectory_logp(policy, *fw[:3], aw, fw[3]) - ref_w) \
             - (trajectory_logp(policy, *fl[:3], al, fl[3]) - ref_l)
-    return {f"{prefix}/n_pairs": n, f"{prefix}/final_loss": records[-1][f"{prefix}/loss"],
+    return {f"{prefix}/n_pairs": n, f"{prefix}/n_outcome_pairs": n_outcome,
+            f"{prefix}/final_loss": records[-1][f"{prefix}/loss"],
             f"{prefix}/reward_accuracy": float((margin > 0).float().mean())}
 
 
@@ -207,7 +224,8 @@ def train_idpo_stage(cfg, ctx) -> None:
     policy = load_policy(ctx.inputs["sft_policy"][str(seed)], cfg.policy.hidden)
     ro = rollouts_from_table(read_table(ctx.inputs["rollout"][str(seed)] / "trajectories.parquet"))
     pt = read_table(ctx.inputs["build_preferences"][f"{variant}-{seed}"] / "pairs.parquet")
-    pairs = list(zip(pt.column("winner").to_pylist(), pt.column("loser").to_pylist()))
+    pairs = list(zip(pt.column("winner").to_pylist(), pt.column("loser").to_pylist(),
+                     pt.column("kind").to_pylist()))
     metrics: dict = {}
     for r in range(1, cfg.idpo.rounds + 1):
         if r > 1:                               # on-policy re-sampling from the current policy

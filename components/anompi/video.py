@@ -17,7 +17,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from components.anompi.config import CLASSES
+from components.anompi.config import CLASSES, Env
 
 MOTION_CLASSES = ("running", "fighting", "loitering")     # need two consecutive frames
 STATIC_CLASSES = ("falling", "object_left")               # visible in one frame
@@ -25,6 +25,7 @@ WALKER_SPEED = (0.3, 0.6)
 RUN_SPEED = 4.0
 JITTER = 1.0
 TEXTURES = ("grass", "gravel", "brick")
+DEFAULT_ENV = Env()            # fall_sigma / object_offset when a row does not carry them
 
 
 def make_specs(n: int, cfg_env, rng: np.random.Generator, id_offset: int = 0) -> dict[str, np.ndarray]:
@@ -122,11 +123,14 @@ def trajectories(row: dict, T: int, size: int, rng: np.random.Generator):
         inten[a:a + L, n_walk] = 1.0
         sig[a:a + L, n_walk] = 1.1
         if cls == "falling":
-            sig[e:e + w, n_walk] = (1.8, 0.5)
+            sig[e:e + w, n_walk] = row.get("fall_sigma", DEFAULT_ENV.fall_sigma)
         if cls == "object_left":
-            pos[e:e + w, n_walk + 1] = np.clip(track[e - a] + rng.uniform(-2, 2, 2), lo, hi)
-            inten[e:e + w, n_walk + 1] = 0.9
-            sig[e:e + w, n_walk + 1] = 0.45
+            r_lo, r_hi = row.get("object_offset", DEFAULT_ENV.object_offset)
+            ang_o, r = rng.uniform(0, 2 * np.pi), rng.uniform(r_lo, r_hi)
+            pos[e:e + w, n_walk + 1] = np.clip(track[e - a] + r * np.array([np.cos(ang_o), np.sin(ang_o)]),
+                                               lo, hi)
+            inten[e:e + w, n_walk + 1] = row.get("object_intensity", DEFAULT_ENV.object_intensity)
+            sig[e:e + w, n_walk + 1] = row.get("object_sigma", DEFAULT_ENV.object_sigma)
     return pos, sig, inten
 
 
@@ -135,7 +139,9 @@ def render(row: dict, env) -> np.ndarray:
     T, size = env.n_frames, env.size
     rng = np.random.default_rng(int(row["seed"]))
     bg = _background(rng, size)
-    pos, sig, inten = trajectories({**row, "walkers": env.walkers}, T, size, rng)
+    pos, sig, inten = trajectories({**row, "walkers": env.walkers, "fall_sigma": env.fall_sigma,
+                                    "object_offset": env.object_offset, "object_sigma": env.object_sigma,
+                                    "object_intensity": env.object_intensity}, T, size, rng)
     grid = np.arange(size, dtype=np.float64)
     dy = (grid[None, None, :] - pos[:, :, 0:1]) / sig[:, :, 0:1]           # (T, nb, size)
     dx = (grid[None, None, :] - pos[:, :, 1:2]) / sig[:, :, 1:2]

@@ -54,9 +54,27 @@ def test_aei_utility_and_pairs():
     u = aei_utility([1, 0, 1], [0.5, 0.0, 0.0], [24, 8, 8], n_init=8, budget=16,
                     lambda_info=0.2, lambda_cost=0.5)
     np.testing.assert_allclose(u, [1 + 0.1 - 0.5, 0.0, 1.0])
-    video = np.array([0, 0, 0, 1, 1])
-    util = np.array([0.2, 1.0, 0.1, 0.5, 0.52])
-    assert preference_pairs(video, util, margin=0.05) == [(1, 2)]   # video 1: margin too small
+
+
+
+def test_pairing_rule_matches_success_at_equal_cost_and_cost_at_equal_success():
+    # video 0: two correct (8 and 20 frames), two wrong (20 and 9 frames)
+    # video 1: both correct, utilities 0.02 apart (under the margin): no pair
+    video = np.array([0, 0, 0, 0, 1, 1])
+    correct = np.array([1, 1, 0, 0, 1, 1])
+    frames = np.array([8, 20, 20, 9, 12, 12])
+    util = aei_utility(correct, np.zeros(6), frames, n_init=8, budget=24,
+                       lambda_info=0.0, lambda_cost=0.5)
+    util[5] += 0.02
+    pairs = preference_pairs(video, util, correct, frames, margin=0.05, outcome_pairs=2,
+                             cost_groups=("correct", "wrong"))
+    # outcome pairs: the best correct (8 frames) meets the wrong one nearest in frames (9), then
+    # the other correct (20) meets the other wrong (20); cost pairs: the cheaper of each group
+    assert pairs == [(0, 3, "outcome"), (1, 2, "outcome"), (0, 1, "cost"), (3, 2, "cost")]
+    assert all(util[w] - util[l] > 0.05 for w, l, _ in pairs)
+    only_correct = preference_pairs(video, util, correct, frames, margin=0.05, outcome_pairs=1,
+                                    cost_groups=("correct",))
+    assert only_correct == [(0, 3, "outcome"), (0, 1, "cost")]
 
 
 # -- operators ------------------------------------------------------------------------------------
@@ -85,6 +103,24 @@ def test_operators_return_the_frames_they_claim():
     assert st3.focus[0].item() == 18
     # motion clips exist exactly where two consecutive frames are observed
     assert motion_mask(st3.obs)[0].nonzero().squeeze(1).tolist() == [19, 20, 21, 22, 23, 24, 25]
+
+
+def test_backtrack_clipped_at_frame_zero_keeps_a_focus():
+    """Bug fix: a BACKTRACK whose window starts before frame 0 set the focus to -1 (the first,
+    out-of-range target), which disabled every relative operator afterwards."""
+    env, _ = tiny_env(n=1, T=64, n_anchors=4, fine_len=4, max_steps=4, budget=40)
+    st = env.reset(torch.arange(1))
+    tg = env.targets(st)
+    st = env.step(st, torch.tensor([0]), tg)                      # FINE(0): frames 6..9
+    tg = env.targets(st)
+    back2 = env.names.index("backtrack_2")
+    assert tg[0, back2].tolist() == [-1, -1, 0, 1]                # clipped at frame 0
+    st = env.step(st, torch.tensor([back2]), tg)
+    assert st.focus[0].item() == 0 and (st.span_lo[0].item(), st.span_hi[0].item()) == (0, 2)
+    tg = env.targets(st)
+    valid = env.valid(st, tg)
+    assert valid[0, env.names.index("advance_1")]                 # relative operators still work
+    assert tg[0, env.names.index("advance_1")].tolist() == [4, 5, 6, 7]
 
 
 def test_budget_and_step_limit_are_enforced():
@@ -159,3 +195,34 @@ def test_bound_is_monotone_and_dense_is_perfect():
     assert all(a <= b + 1e-12 for a, b in zip(accs, accs[1:]))
     assert passive_bound(T, np.arange(T), env.actor_len, env.event_len,
                          env.distractor_rate)["accuracy"] == pytest.approx(1.0)
+
+
+# -- the paper profile ----------------------------------------------------------------------------
+def test_paper_profile_never_runs_the_toy(tmp_path):
+    """Bug fix: with valid paths the paper profile used to pass preflight and run the toy."""
+    from components.common.preflight import PreflightError
+
+    with pytest.raises(PreflightError, match="paper.model_path"):
+        AnompiConfig.for_profile("paper").preflight()
+    model, data = tmp_path / "model", tmp_path / "data"
+    model.mkdir(), data.mkdir()
+    with pytest.raises(PreflightError, match="paper.dataset_root"):
+        AnompiConfig.for_profile("paper", {"paper": {"model_path": str(model)}}).preflight()
+    cfg = AnompiConfig.for_profile("paper", {"paper": {"model_path": str(model), "dataset_root": str(data)}})
+    with pytest.raises(ValueError, match="video-LLM paper path is not implemented yet") as err:
+        cfg.preflight()
+    assert "paper.model_path" in str(err.value) and "\n" not in str(err.value)
+    AnompiConfig.for_profile("small").preflight()          # the small profile needs no path
+
+
+def test_paper_profile_with_valid_paths_fails_in_one_line_before_running(tmp_path):
+    from flows.runtime.registry import get
+    from flows.runtime.runner import validate_config
+
+    model, data = tmp_path / "model", tmp_path / "data"
+    model.mkdir(), data.mkdir()
+    with pytest.raises(SystemExit) as err:
+        validate_config(get("anompi"), "paper", {"paper": {"model_path": str(model),
+                                                           "dataset_root": str(data)}})
+    line = str(err.value.code)
+    assert "not implemented yet" in line and "paper.model_path" in line and "\n" not in line

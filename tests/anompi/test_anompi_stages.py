@@ -30,6 +30,8 @@ def upstream(tmp_path_factory):
     cfg = METHOD.config_class().for_profile("smoke", TINY)
     _run("build_env", cfg, root / "env", {})
     _run("pretrain_perception", cfg, root / "perception", {"build_env": root / "env"})
+    _run("passive_baselines", cfg, root / "passive",
+         {"build_env": root / "env", "pretrain_perception": root / "perception"})
     return cfg, root
 
 
@@ -71,3 +73,50 @@ def test_labels_are_the_only_supervision():
     specs = {"label": np.array([1, 2]), "event_start": np.array([5, 9])}
     out = labels_only(specs)
     assert out.tolist() == [1, 2] and out is not specs["label"]
+
+
+def test_each_passive_head_is_trained_on_its_own_frames(upstream):
+    """A passive head sees exactly its sampler's frames: its accuracy on the fixed-frame inputs
+    it was trained on is what evaluate reports, and heads differ between samplers."""
+    from components.anompi.env import PASSIVE_SAMPLERS
+    from components.anompi.passive import head_frame_counts, load_passive_heads
+
+    cfg, root = upstream
+    heads, _ = load_passive_heads(root / "passive")
+    counts = head_frame_counts(cfg)
+    assert set(heads) == {f"{kind}_{k}" for kind in PASSIVE_SAMPLERS for k in counts}
+    assert counts[0] == cfg.policy.n_anchors and cfg.policy.budget in counts
+    u, p = heads[f"uniform_{counts[0]}"], heads[f"pairs_{counts[0]}"]
+    assert any(not torch.equal(u[key], p[key]) for key in u)
+
+
+def test_splits_have_their_own_seeds():
+    from components.anompi.config import AnompiConfig
+    from components.anompi.data import split_specs
+
+    env = AnompiConfig.for_profile("smoke").env
+    a = split_specs(env)
+    b = split_specs(env.model_copy(update={"test_seed": env.test_seed + 1}))
+    for key in a["train"]:
+        assert np.array_equal(a["train"][key], b["train"][key])
+        assert np.array_equal(a["val"][key], b["val"][key])
+    assert not np.array_equal(a["test"]["seed"], b["test"]["seed"])
+    ids = np.concatenate([a[s]["video_id"] for s in ("train", "val", "test")])
+    assert len(np.unique(ids)) == len(ids)
+
+
+def test_evaluate_and_report_on_tiny_runs(upstream):
+    """evaluate (passive heads, actions) and report (criteria, cross-seed agreement) end to end."""
+    from components.common.io import read_json
+
+    cfg, root = upstream
+    _policy_stages(cfg, root, root / "env", "report")
+    base = {"build_env": root / "env", "pretrain_perception": root / "perception",
+            "passive_baselines": root / "passive", "sft_policy": {"0": root / "report" / "sft"},
+            "train_idpo": {"full-0": root / "report" / "idpo"}}
+    ctx = _run("evaluate", cfg, root / "report" / "eval", base, {"seed": 0})
+    assert 0.0 <= ctx.summary["acc_passive_uniform_eq"] <= 1.0
+    assert ctx.summary["same_actions_as_script_sft"] >= 0.0
+    _run("report", cfg, root / "report" / "out", {"evaluate": {"0": root / "report" / "eval"}})
+    crit = read_json(root / "report" / "out" / "criteria.json")
+    assert crit["cross_seed_same_actions_idpo_full"] == 1.0 and "uniform_ratio_to_bound_eq" in crit
