@@ -11,10 +11,10 @@ class Data(Section):
     """Generated scenes: a small, faint, colour-jittered object left/right on a cropped photo
     background, with a distractor bar (see components.vig.data)."""
     image_size: int = 16
-    object_side: int = 3
-    contrast_min: float = 0.0     # object opacity ~ U(contrast_min, contrast_max):
-    contrast_max: float = 0.5     # calibrated on val (CLAIMS.md)
-    color_jitter: float = 40.0
+    object_side: int = 5
+    contrast_min: float = 0.15    # object opacity ~ U(contrast_min, contrast_max):
+    contrast_max: float = 1.0     # calibrated on val (CLAIMS.md)
+    color_jitter: float = 20.0
     distractor: bool = True
     n_train: int = 6000
     n_align: int = 3000           # stage-1 captions of an unnamed object (uniform colours)
@@ -43,7 +43,7 @@ class Model(Section):
 
 class Align(Section):
     """Stage 1: caption-only alignment of encoder + projector (+ LM, which has no pre-training here)."""
-    steps: int = 300
+    steps: int = 600
     batch_size: int = 64
     lr: float = 3e-3
     seed: int = 0
