@@ -1,8 +1,10 @@
-"""A tiny LLaVA-shaped model and the Visual Information Gain (VIG) score.
+"""The LLaVA-shaped model and the Visual Information Gain (VIG) score.
 
-Vision: a patch-conv encoder; projector: one linear layer into the LM width; LM: the shared
-nanoGPT decoder (components.common.transformer). The image patches are a prefix of the token
-sequence, exactly as LLaVA feeds projected CLIP features to the LLM.
+The model is transformers' ``LlavaForConditionalGeneration`` (CLIP vision tower -> MLP projector ->
+Llama decoder), built tiny from its config classes by ``components.common.tiny_models``. The text
+is stored without image placeholders; ``text_logits`` inserts one ``<image>`` id per visual token
+after ``<bos>`` (as LLaVA's processor expands ``<image>``) and returns the logits that predict the
+stored text tokens, so every score, mask and metric is indexed like the text alone.
 
 VIG of a token = how many nats the real image saves over a blurred copy of it:
     d_t = -log p(a_t | a_<t, Q, blur(I)) - (-log p(a_t | a_<t, Q, I)).
@@ -12,58 +14,56 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
-from components.common.transformer import MLP, Decoder, DecoderShape
-
-
-class TinyVLM(nn.Module):
-    def __init__(self, vocab_size: int, image_size: int, seq_len: int, patch: int = 4,
-                 d_vision: int = 32, d_model: int = 64, n_layers: int = 2, n_heads: int = 4):
-        super().__init__()
-        self.n_patches = (image_size // patch) ** 2
-        self.encoder = nn.Sequential(nn.Conv2d(3, d_vision, patch, stride=patch), nn.GELU(),
-                                     nn.Conv2d(d_vision, d_vision, 1))
-        self.projector = nn.Linear(d_vision, d_model)
-        shape = DecoderShape(vocab_size=vocab_size, d_model=d_model, n_layers=n_layers,
-                             n_heads=n_heads, context=self.n_patches + seq_len)
-        self.lm = Decoder(shape, lambda _: MLP(d_model, 4 * d_model))
-
-    def visual_tokens(self, images: torch.Tensor) -> torch.Tensor:
-        x = images.float() / 127.5 - 1.0                      # uint8 -> [-1, 1]
-        feats = self.encoder(x).flatten(2).transpose(1, 2)    # (B, patches, d_vision)
-        return self.projector(feats)
-
-    def forward(self, images: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-        """Logits (B, T-1, vocab) predicting ``tokens[:, 1:]`` from image prefix + tokens[:, :-1]."""
-        lm = self.lm
-        x = torch.cat([self.visual_tokens(images), lm.tok_emb(tokens[:, :-1])], dim=1)
-        x = x + lm.pos_emb(torch.arange(x.shape[1], device=x.device))
-        for block in lm.blocks:
-            x = block(x)
-        return lm.head(lm.ln_out(x[:, self.n_patches:]))
+from components.common.tiny_models import build_tiny
 
 
-def build_model(model_cfg, vocab_size: int, image_size: int, seq_len: int) -> TinyVLM:
-    return TinyVLM(vocab_size, image_size, seq_len, patch=model_cfg.patch,
-                   d_vision=model_cfg.d_vision, d_model=model_cfg.d_model,
-                   n_layers=model_cfg.n_layers, n_heads=model_cfg.n_heads)
+def build_model(model_cfg, vocab_size: int, image_size: int, seed: int = 0) -> torch.nn.Module:
+    """A tiny randomly initialised LLaVA; the last vocabulary id is the ``<image>`` placeholder."""
+    text = dict(vocab_size=vocab_size, hidden_size=model_cfg.d_model, intermediate_size=2 * model_cfg.d_model,
+                num_hidden_layers=model_cfg.n_layers, num_attention_heads=model_cfg.n_heads,
+                num_key_value_heads=model_cfg.n_kv_heads, max_position_embeddings=128,
+                pad_token_id=0, bos_token_id=1, eos_token_id=3)
+    vision = dict(image_size=image_size, patch_size=model_cfg.patch, hidden_size=model_cfg.d_vision,
+                  intermediate_size=2 * model_cfg.d_vision, num_hidden_layers=model_cfg.vision_layers,
+                  num_attention_heads=4, projection_dim=model_cfg.d_vision)
+    return build_tiny("llava", seed=seed, text_config=text, vision_config=vision)
 
 
-def token_nll(model: TinyVLM, images: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+def n_image_tokens(model) -> int:
+    """Visual tokens LLaVA feeds the decoder: one per patch (the CLS token is dropped)."""
+    vision = model.config.vision_config
+    return (vision.image_size // vision.patch_size) ** 2
+
+
+def pixel_values(images: torch.Tensor) -> torch.Tensor:
+    return images.float() / 127.5 - 1.0                    # uint8 -> [-1, 1]
+
+
+def text_logits(model, images: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """Logits (B, T-1, vocab) predicting ``tokens[:, 1:]`` from the image and ``tokens[:, :-1]``."""
+    n = n_image_tokens(model)
+    placeholders = torch.full((len(tokens), n), model.config.image_token_index, dtype=tokens.dtype)
+    input_ids = torch.cat([tokens[:, :1], placeholders, tokens[:, 1:-1]], dim=1)
+    logits = model(input_ids=input_ids, pixel_values=pixel_values(images)).logits
+    # position 0 is <bos>, 1..n the visual tokens; the logits at n onwards predict tokens[:, 1:]
+    return logits[:, n:]
+
+
+def token_nll(model, images: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """Per-position negative log-likelihood (B, T-1) of tokens[:, 1:]."""
-    logits = model(images, tokens)
+    logits = text_logits(model, images, tokens)
     return F.cross_entropy(logits.transpose(1, 2), tokens[:, 1:], reduction="none")
 
 
-def weighted_lm_loss(model: TinyVLM, images, tokens, weights) -> torch.Tensor:
+def weighted_lm_loss(model, images, tokens, weights) -> torch.Tensor:
     """Mean NLL over the positions with weight 1 (labels that are not -100 in LLaVA terms)."""
     nll = token_nll(model, images, tokens)
     return (nll * weights).sum() / weights.sum().clamp_min(1.0)
 
 
 @torch.no_grad()
-def token_vig(model: TinyVLM, images, blurred, tokens, batch_size: int = 512) -> tuple:
+def token_vig(model, images, blurred, tokens, batch_size: int = 512) -> tuple:
     """(l_img, l_blur, d) per target position, each (N, T-1); d = l_blur - l_img."""
     model.eval()
     l_img, l_blur = [], []

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from components.common.io import load_torch, read_table, save_torch, write_json_atomic, write_table
-from components.vig.data import GROUNDED_WORDS, VOCAB, blur
+from components.vig.data import COLORS, GROUNDED_WORDS, VOCAB, WORD_ID, blur
 from components.vig.model import sample_vig, token_vig
 from components.vig.train import answer_weights, kinds_of, load_split, new_model
 
@@ -59,7 +59,24 @@ def score_vig_stage(cfg, ctx) -> None:
     probes = probe_vig(model, load_split(data_dir, "probes"), cfg.vig.blur_sigma_frac)
     token_stats = grounded_token_stats(split, d, kinds_of(data_dir))
     write_json_atomic(ctx.out_dir / "vig_summary.json", {**probes, **token_stats})
-    ctx.write_metrics({**probes, **token_stats, **kind_means(vig, kinds_of(data_dir))})
+    ctx.write_metrics({**probes, **token_stats, **kind_means(vig, kinds_of(data_dir)),
+                       **colour_token_vig(split, d), **reference_premise(cfg, model, data_dir)})
+
+
+def reference_premise(cfg, model, data_dir) -> dict:
+    """The scorer's own premise, on the validation split: with a blurred image it should fall
+    back to the noun's prior colour (so that d_t measures what the image adds to the prior)."""
+    from components.vig.evaluate import colour_report, nouns_of
+
+    report = colour_report(model, load_split(data_dir, "val"), nouns_of(data_dir, "val"), cfg.vig.blur_sigma_frac)
+    return {f"ref_val_{k}": v for k, v in report["metrics"].items()}
+
+
+def colour_token_vig(split, d) -> dict:
+    """Mean d_t of each colour word where it is an answer token (a colour whose d_t is ~0 would be
+    masked out of the VIG arm's supervision altogether)."""
+    answer, targets = split["supervised"][:, 1:], split["tokens"][:, 1:]
+    return {f"d_mean_{c}": float(d[answer & (targets == WORD_ID[c])].mean()) for c in COLORS}
 
 
 def token_table(split, l_img, l_blur, d) -> dict:
@@ -118,4 +135,16 @@ def select_stage(cfg, ctx) -> None:
     kept_by_kind.update(kept_frac_conflict=float(keep[mm & conflict].mean()),
                         kept_frac_aligned=float(keep[mm & ~conflict].mean()))
     ctx.write_metrics({"tau": tau, "kept_multimodal": int(keep.sum()),
-                       "token_fraction": float(weights.sum() / answer.sum()), **kept_by_kind})
+                       "token_fraction": float(weights.sum() / answer.sum()), **kept_by_kind,
+                       **colour_tokens_kept(split, weights)})
+
+
+def colour_tokens_kept(split, weights) -> dict:
+    """Share of each colour word's answer occurrences that stay supervised, and the smallest."""
+    answer, targets = split["supervised"][:, 1:], split["tokens"][:, 1:]
+    out = {}
+    for c in COLORS:
+        where = answer & (targets == WORD_ID[c])
+        out[f"colour_kept_{c}"] = float((weights[where] > 0).float().mean())
+    out["colour_kept_min"] = min(out.values())
+    return out

@@ -11,7 +11,7 @@ import torch
 from components.common.io import load_torch, save_torch, write_json_atomic
 from components.common.seeds import seed_everything
 from components.common.train import fit
-from components.vig.data import SEQ_LEN, VOCAB
+from components.vig.data import VOCAB
 from components.vig.model import build_model, weighted_lm_loss
 
 
@@ -25,8 +25,8 @@ def kinds_of(data_dir) -> np.ndarray:
     return np.asarray(read_table(data_dir / "train_samples.parquet").column("kind").to_pylist())
 
 
-def new_model(cfg) -> torch.nn.Module:
-    return build_model(cfg.model, len(VOCAB), cfg.data.image_size, SEQ_LEN)
+def new_model(cfg, seed: int = 0) -> torch.nn.Module:
+    return build_model(cfg.model, len(VOCAB), cfg.data.image_size, seed=seed)
 
 
 def batch_stream(split: dict, weights: torch.Tensor, batch_size: int, seed: int):
@@ -53,12 +53,13 @@ def answer_weights(split: dict) -> torch.Tensor:
 
 
 def align_stage1_stage(cfg, ctx) -> None:
-    """Captions only (LLaVA stage-1 data): teaches the projector what the image patches mean."""
+    """Captions of an unnamed object (LLaVA's stage-1 role): teaches the vision tower and the
+    projector what the image shows, before the instruction data with its noun prior."""
     data_dir = ctx.inputs["prepare_data"]
-    split = load_split(data_dir, "train")
+    split = load_split(data_dir, "align")
     seed_everything(cfg.align.seed)
-    model = new_model(cfg)
-    weights = answer_weights(split) * torch.from_numpy(kinds_of(data_dir) == "caption")[:, None].float()
+    model = new_model(cfg, cfg.align.seed)
+    weights = answer_weights(split)
     out = train_weighted(cfg, ctx, model, split, weights, cfg.align, cfg.align.seed, "align")
     save_torch(ctx.out_dir / "model.pt", model.state_dict())
     ctx.write_metrics(out)
@@ -69,7 +70,7 @@ def train_reference_stage(cfg, ctx) -> None:
     data_dir = ctx.inputs["prepare_data"]
     split = load_split(data_dir, "train")
     seed_everything(cfg.reference.seed)
-    model = new_model(cfg)
+    model = new_model(cfg, cfg.reference.seed)
     model.load_state_dict(load_torch(ctx.inputs["align_stage1"] / "model.pt"))
     out = train_weighted(cfg, ctx, model, split, answer_weights(split), cfg.reference,
                          cfg.reference.seed, "reference")
@@ -77,24 +78,39 @@ def train_reference_stage(cfg, ctx) -> None:
     ctx.write_metrics(out)
 
 
-def random_subset_weights(split: dict, kinds: np.ndarray, keep_percent: float, seed: int) -> torch.Tensor:
-    """Equal-budget control: a random p % of the multimodal samples, text-only kept, full tokens."""
-    multimodal = np.flatnonzero(kinds != "text")
+def random_matched_weights(split: dict, kinds: np.ndarray, vig_weights: torch.Tensor,
+                           seed: int) -> torch.Tensor:
+    """The VIG arm's control with its choices made at random: as many multimodal samples and as
+    many supervised multimodal answer tokens as the VIG selection, drawn uniformly (a random
+    subset of samples, then random answer tokens inside it); text-only samples keep every token."""
+    answer = answer_weights(split)
+    multimodal = kinds != "text"
+    mm_rows = torch.from_numpy(multimodal)
+    n_samples = int((vig_weights[mm_rows].sum(1) > 0).sum())
+    n_tokens = int(vig_weights[mm_rows].sum())
     rng = np.random.default_rng(seed)
-    n_keep = int(round(keep_percent / 100 * len(multimodal)))
     keep = np.zeros(len(kinds), dtype=bool)
-    keep[rng.choice(multimodal, size=n_keep, replace=False)] = True
-    keep[kinds == "text"] = True
-    return answer_weights(split) * torch.from_numpy(keep)[:, None].float()
+    keep[rng.choice(np.flatnonzero(multimodal), size=n_samples, replace=False)] = True
+    rows, cols = torch.nonzero(answer * torch.from_numpy(keep)[:, None].float(), as_tuple=True)
+    # one token per kept sample first, so every kept sample carries weight (as in the VIG arm)
+    first = np.unique(rows.numpy(), return_index=True)[1]
+    rest = np.setdiff1d(np.arange(len(rows)), first)
+    extra = rng.choice(rest, size=min(len(rest), max(0, n_tokens - len(first))), replace=False)
+    chosen = np.concatenate([first, extra])
+    weights = torch.zeros_like(answer)
+    weights[rows[chosen], cols[chosen]] = 1.0
+    weights[~mm_rows] = answer[~mm_rows]
+    return weights
 
 
-def arm_weights(variant: str, split, kinds, selection_dir, keep_percent: float, seed: int):
+def arm_weights(variant: str, split, kinds, selection_dir, seed: int):
     if variant == "vanilla":
         return answer_weights(split)
+    vig_weights = load_torch(selection_dir / "selection.pt")["weights"]
     if variant == "random":
-        return random_subset_weights(split, kinds, keep_percent, seed)
+        return random_matched_weights(split, kinds, vig_weights, seed)
     if variant == "vig":
-        return load_torch(selection_dir / "selection.pt")["weights"]
+        return vig_weights
     raise ValueError(f"unknown variant {variant!r} (vanilla, random, vig)")
 
 
@@ -104,13 +120,15 @@ def train_arm_stage(cfg, ctx) -> None:
     data_dir = ctx.inputs["prepare_data"]
     split, kinds = load_split(data_dir, "train"), kinds_of(data_dir)
     seed_everything(seed)
-    model = new_model(cfg)
+    model = new_model(cfg, seed)
     model.load_state_dict(load_torch(ctx.inputs["align_stage1"] / "model.pt"))
-    weights = arm_weights(variant, split, kinds, ctx.inputs["select"], cfg.vig.keep_percent, seed)
+    weights = arm_weights(variant, split, kinds, ctx.inputs["select"], seed)
     out = train_weighted(cfg, ctx, model, split, weights, cfg.train, seed, "train")
     save_torch(ctx.out_dir / "model.pt", model.state_dict())
+    mm = torch.from_numpy(kinds != "text")
     out.update(supervised_tokens=float(weights.sum()),
+               supervised_multimodal_tokens=float(weights[mm].sum()),
                supervised_samples=int((weights.sum(1) > 0).sum()),
-               multimodal_samples=int(((weights.sum(1) > 0).numpy() & (kinds != "text")).sum()))
+               multimodal_samples=int((weights[mm].sum(1) > 0).sum()))
     write_json_atomic(ctx.out_dir / "counts.json", out)   # read by evaluate
     ctx.write_metrics(out)

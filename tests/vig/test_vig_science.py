@@ -6,10 +6,19 @@ import numpy as np
 import pytest
 import torch
 
-from components.vig.data import (COLORS, PRIOR, SEQ_LEN, VOCAB, WORD_ID, background, blur, encode,
-                                 make_split, object_box, render)
-from components.vig.model import TinyVLM, sample_vig, token_vig, vig_from_token_probs
-from components.vig.score import select_tokens, top_fraction
+from components.vig.config import Model
+from components.vig.data import (COLORS, PRIOR, SEQ_LEN, VOCAB, WORD_ID, Look, blur, draw_scene, encode,
+                                 make_split, render)
+from components.vig.model import build_model, sample_vig, text_logits, token_vig, vig_from_token_probs
+from components.vig.score import colour_tokens_kept, select_tokens, top_fraction
+from components.vig.train import random_matched_weights
+
+SHARP = Look(object_side=4, contrast_min=1.0, contrast_max=1.0, color_jitter=0.0, distractor=False)
+LOOK = Look()
+
+
+def _tiny_llava():
+    return build_model(Model(d_model=32, d_vision=16, n_layers=1), len(VOCAB), 16)
 
 
 def test_vig_closed_form_fixture():
@@ -54,14 +63,17 @@ class _Oracle(torch.nn.Module):
 
 def _scene(color: str, noun: str, kind="color"):
     rng = np.random.default_rng(0)
-    img = render(background(rng, 16), color, "left", object_box(rng, 16))
+    img = render(draw_scene(rng, 16, SHARP, color), color, "left", SHARP.object_side)
     prompt, answer = (f"what color is the {noun} ?", f"it is {color} .") if kind == "color" else \
         ("say hello .", "hello , how can i help ?")
     ids, sup, _ = encode(prompt, answer, SEQ_LEN)
     return torch.from_numpy(img)[None], torch.tensor([ids]), torch.tensor([sup])[:, 1:].float()
 
 
-def test_vig_high_when_answer_needs_the_image_zero_when_text_decides():
+def test_vig_high_when_answer_needs_the_image_zero_when_text_decides(monkeypatch):
+    import components.vig.model as vig_model
+
+    monkeypatch.setattr(vig_model, "text_logits", lambda model, images, tokens: model(images, tokens))
     oracle = _Oracle()
     # bias-conflicting: only the image can say "green" for a banana -> large positive VIG
     img, ids, mask = _scene("green", "banana")
@@ -83,17 +95,20 @@ def test_vig_high_when_answer_needs_the_image_zero_when_text_decides():
 
 def test_zero_projector_and_zero_blur_give_zero_vig():
     torch.manual_seed(0)
-    data = make_split(np.random.default_rng(1), 8, 16, 0.9, ["color"], [1.0])
-    model = TinyVLM(len(VOCAB), 16, SEQ_LEN, d_model=32, d_vision=8, n_layers=1)
+    data = make_split(np.random.default_rng(1), 8, 16, LOOK, 0.9, ["color"], [1.0])
+    model = _tiny_llava()
     _, _, d = token_vig(model, data["images"], blur(data["images"], 0.0), data["tokens"])
     assert torch.allclose(d, torch.zeros_like(d), atol=1e-5)       # sigma -> 0: no information gain
-    torch.nn.init.zeros_(model.projector.weight), torch.nn.init.zeros_(model.projector.bias)
+    _, _, d = token_vig(model, data["images"], blur(data["images"], 0.25), data["tokens"])
+    assert d.abs().max() > 1e-4                                     # a random model does see the image
+    projector = model.model.multi_modal_projector.linear_2
+    torch.nn.init.zeros_(projector.weight), torch.nn.init.zeros_(projector.bias)
     _, _, d = token_vig(model, data["images"], blur(data["images"], 0.25), data["tokens"])
     assert torch.allclose(d, torch.zeros_like(d), atol=1e-5)       # LM cannot see the image
 
 
 def test_blurred_control_differs_but_keeps_shape():
-    data = make_split(np.random.default_rng(2), 4, 16, 0.9, ["color"], [1.0])
+    data = make_split(np.random.default_rng(2), 4, 16, SHARP, 0.9, ["color"], [1.0])
     blurred = blur(data["images"], 0.25)
     assert blurred.shape == data["images"].shape
     diff = (blurred - data["images"].float()).abs().mean(dim=(1, 2, 3))
@@ -130,8 +145,70 @@ def test_token_mask_keeps_top_samples_and_tokens_above_tau():
 
 
 def test_scenes_follow_the_prior_fraction():
-    data = make_split(np.random.default_rng(3), 600, 16, 0.9, ["color"], [1.0])
+    data = make_split(np.random.default_rng(3), 600, 16, LOOK, 0.9, ["color"], [1.0])
     conflict = np.mean([r["conflict"] for r in data["rows"]])
     assert abs(conflict - 0.1) < 0.04
-    test = make_split(np.random.default_rng(4), 100, 16, 0.9, ["color"], [1.0], conflict_frac=0.5)
+    test = make_split(np.random.default_rng(4), 100, 16, LOOK, 0.9, ["color"], [1.0], conflict_frac=0.5)
     assert sum(r["conflict"] for r in test["rows"]) == 50
+    align = make_split(np.random.default_rng(5), 600, 16, LOOK, 0.9, ["caption"], [1.0], align=True)
+    counts = np.unique([r["color"] for r in align["rows"]], return_counts=True)[1]
+    assert len(counts) == len(COLORS) and counts.min() > 60          # stage-1 colours carry no prior
+
+
+def test_faint_objects_and_distractor_are_drawn_as_configured():
+    rng = np.random.default_rng(6)
+    alphas = [draw_scene(rng, 16, Look(contrast_max=0.4), "red").alpha for _ in range(200)]
+    assert 0.0 <= min(alphas) and max(alphas) <= 0.4 and np.std(alphas) > 0.05
+    scene = draw_scene(np.random.default_rng(7), 16, Look(contrast_min=1.0, contrast_max=1.0), "red")
+    assert scene.distractor is not None and scene.distractor[0] != "red"
+    img = render(scene, "red", "left", 3).transpose(1, 2, 0).astype(float)
+    jittered = np.clip(np.asarray(COLORS["red"], float) + scene.jitter, 0, 255)
+    patch = img[scene.row:scene.row + 3, scene.col:scene.col + 3].reshape(-1, 3)
+    assert np.abs(patch - jittered).max() <= 1.0                      # opacity 1: the jittered colour
+
+
+def test_text_logits_predict_the_stored_text_causally():
+    torch.manual_seed(0)
+    data = make_split(np.random.default_rng(8), 4, 16, SHARP, 0.9, ["caption"], [1.0])
+    model = _tiny_llava()
+    logits = text_logits(model, data["images"], data["tokens"])
+    assert logits.shape == (4, SEQ_LEN - 1, len(VOCAB))
+    changed = data["tokens"].clone()
+    changed[:, 5] = WORD_ID["plus"]
+    # position k predicts token k+1 from tokens <= k: editing token 5 leaves positions 0..4 alone
+    after = text_logits(model, data["images"], changed)
+    assert torch.allclose(logits[:, :5], after[:, :5], atol=1e-5)
+    assert not torch.allclose(logits[:, 5:], after[:, 5:], atol=1e-5)
+
+
+def test_random_control_matches_vig_in_samples_and_tokens():
+    # the earlier "random" arm kept all tokens of 70 % of samples (4x VIG's tokens); this one must
+    # match the VIG selection's multimodal sample count and token count exactly
+    data = make_split(np.random.default_rng(9), 300, 16, LOOK, 0.9, ["caption", "color", "text"], [1, 1, 0.3])
+    kinds = np.array([r["kind"] for r in data["rows"]])
+    answer = data["supervised"][:, 1:].float()
+    d = torch.randn(answer.shape, generator=torch.Generator().manual_seed(0))
+    vig = sample_vig(d, answer).numpy()
+    vig_w, _, keep = select_tokens(d, answer, vig, kinds != "text", 70.0)
+    rand_w = random_matched_weights(data, kinds, vig_w, seed=3)
+    mm = torch.from_numpy(kinds != "text")
+    assert rand_w[mm].sum() == vig_w[mm].sum()
+    assert (rand_w[mm].sum(1) > 0).sum() == (vig_w[mm].sum(1) > 0).sum() == keep.sum()
+    assert torch.equal(rand_w[~mm], answer[~mm])                     # text-only: full loss in both
+    assert bool((rand_w <= answer).all())                            # only answer tokens
+    assert not torch.equal(rand_w, vig_w)
+    assert torch.equal(rand_w, random_matched_weights(data, kinds, vig_w, seed=3))
+
+
+def test_colour_whose_vig_is_zero_is_reported_as_dropped():
+    # the old VIG arm lost "green": the scorer answered green for every blurred image, so green
+    # tokens had d_t ~ 0 and none survived the tau mask; the selection now reports that directly
+    data = make_split(np.random.default_rng(10), 300, 16, LOOK, 0.9, ["color"], [1.0])
+    answer = data["supervised"][:, 1:].float()
+    targets = data["tokens"][:, 1:]
+    d = torch.where(torch.isin(targets, torch.tensor([WORD_ID[c] for c in COLORS])), 3.0, 0.0)
+    d[targets == WORD_ID["green"]] = 0.0
+    weights, _, _ = select_tokens(d, answer, sample_vig(d, answer).numpy(), np.ones(300, bool), 70.0)
+    kept = colour_tokens_kept(data, weights)
+    assert kept["colour_kept_green"] == 0.0 == kept["colour_kept_min"]
+    assert kept["colour_kept_red"] > 0.5
