@@ -130,9 +130,11 @@ def replica_main(spec_path: str) -> None:
                   world=spec["world"], rendezvous=spec["rendezvous"])
 
 
-def replica_device(requested: str, rank: int) -> torch.device:
+def replica_device(requested: str, rank: int, world: int) -> torch.device:
+    """One process: the current device (the GPU the runtime reserved). Replicas: GPU ``rank``
+    of those visible (under Ray, the stage's own GPUs)."""
     device = resolve_device(requested)
-    if device.type == "cuda":  # the runtime made only this stage's GPUs visible
+    if device.type == "cuda" and world > 1:
         device = torch.device("cuda", rank)
         torch.cuda.set_device(device)
     return device
@@ -144,7 +146,7 @@ def train_replica(cfg, corpus, item: dict, ctx, rank: int = 0, world: int = 1,
     t = cfg.train
     variant, seed = item["variant"], int(item["seed"])
     torch.set_num_threads(t.threads)  # fan-out instances share the cores
-    device = replica_device(t.device, rank)
+    device = replica_device(t.device, rank, world)
     if world > 1:
         import torch.distributed as dist
 

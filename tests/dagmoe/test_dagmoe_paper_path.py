@@ -77,3 +77,39 @@ def test_paper_model_is_the_large_tier_size_and_parameter_matched():
     assert counts["dag_moe"] == pytest.approx(699e6, rel=0.01)
     assert abs(counts["dag_moe"] - counts["moe_shared"]) / counts["moe_shared"] < 0.001
     assert (m.d_graph, m.dag_rounds) == (256, 2) and matched_shared_width(512, 256, 2) == 771
+
+
+def test_bf16_autocast_training_runs_every_variant_on_cpu(tmp_path):
+    """The paper profile trains under bf16 autocast on GPUs; the same code path on CPU (the
+    expert dispatch concatenates bf16 outputs with empty fp32 slices of unused experts)."""
+    import math
+
+    import torch
+
+    from components.common.context import LocalContext
+    from components.dagmoe.corpus import SMALL_EVAL_SETS, write_tokens
+    from components.common.io import write_json_atomic
+    from components.dagmoe.train import autocast_for, train_stage
+
+    assert autocast_for(torch.device("cpu"), "auto").__class__.__name__ == "nullcontext"
+    rng = np.random.default_rng(0)
+    for name in ("train", "val_id", "val_ood"):
+        write_tokens(tmp_path / "corpus" / f"{name}.bin", rng.integers(0, 40, 400))
+    write_json_atomic(tmp_path / "corpus" / "meta.json", {"vocab_size": 40, "eval_sets": SMALL_EVAL_SETS})
+    cfg = DagmoeConfig.for_profile("smoke", {
+        "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "context": 8, "n_experts": 8,
+                  "d_expert": 16, "d_graph": 4},
+        "train": {"steps": 3, "batch_size": 4, "warmup": 1, "log_every": 1, "curve_every": 3,
+                  "curve_tokens": 80, "precision": "bfloat16"}})
+    final = {}
+    for variant in ("moe", "moe_shared", "dag_moe"):
+        ctx = LocalContext(out_dir=tmp_path / variant, inputs={"build_corpus": tmp_path / "corpus"},
+                           item={"variant": variant, "seed": 0})
+        train_stage(cfg, ctx)
+        final[variant] = ctx.summary["train_loss_final"]
+        assert math.isfinite(final[variant])
+    fp32 = LocalContext(out_dir=tmp_path / "fp32", inputs={"build_corpus": tmp_path / "corpus"},
+                        item={"variant": "dag_moe", "seed": 0})
+    train_stage(DagmoeConfig.for_profile("smoke", {**cfg.model_dump(include={"model"}),
+                                                   "train": {**cfg.train.model_dump(), "precision": "float32"}}), fp32)
+    assert fp32.summary["train_loss_final"] != final["dag_moe"]      # autocast was in effect
