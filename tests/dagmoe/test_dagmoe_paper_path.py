@@ -7,7 +7,7 @@ from components.common.readers import DatasetError
 from components.dagmoe.config import DagmoeConfig
 from components.dagmoe.corpus import (TokenWriter, build_shard_corpus, jsonl_texts, load_tokens,
                                       parquet_texts, shard_files, stream_tokens)
-from tests.dagmoe.conftest import write_parquet_shards, write_zst_jsonl
+from tests.dagmoe.shards import write_parquet_shards, write_zst_jsonl
 
 
 def test_zst_jsonl_and_parquet_are_read_document_by_document(tmp_path):
