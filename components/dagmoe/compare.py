@@ -75,12 +75,30 @@ def against_plain_moe(rows: list[dict], seeds: list[int]) -> dict:
     return out
 
 
+def per_eval_set(rows: list[dict], seeds: list[int]) -> dict:
+    """DAG-MoE vs the shared-expert baseline on each of the paper's eval sets (Pile, Wikipedia,
+    FineWeb-Edu, C4): paired loss gain and the perplexities, as the paper's table reports them.
+    Empty for the small corpora, whose two sets are val_id/val_ood themselves."""
+    names = sorted({k.removesuffix("_loss") for r in rows for k in r if k.endswith("_loss")}
+                   - set(SPLITS))
+    out = {}
+    for name in names:
+        gain = paired_gain(rows, seeds, TREATMENT, BASELINE, name)
+        out[f"{name}/dag_vs_shared_gain_mean"] = gain["mean"]
+        out[f"{name}/dag_vs_shared_wins"] = gain["wins"]
+        for variant in (BASELINE, TREATMENT):
+            ppl = [r[f"{name}_ppl"] for r in rows if r["variant"] == variant and r["seed"] in seeds]
+            out[f"{name}/{variant}_ppl_mean"] = float(np.mean(ppl))
+    return out
+
+
 def compare_stage(cfg, ctx) -> None:
     table = read_table(ctx.inputs["evaluate"] / "evaluation.parquet").to_pylist()
     routing = read_json(ctx.inputs["analyze_routing"] / "routing.json")["summary"]
     result = judge(table, list(cfg.seeds), cfg.claims.min_mean_rel_improvement,
                    cfg.claims.ood_slack_nats)
     result["against_plain_moe"] = against_plain_moe(table, list(cfg.seeds))
+    result["per_eval_set"] = per_eval_set(table, list(cfg.seeds))
     result["routing"] = routing
     write_json_atomic(ctx.out_dir / "comparison.json", result)
     metrics = {k: (float(v) if isinstance(v, (bool, float, int)) else v)
@@ -91,4 +109,5 @@ def compare_stage(cfg, ctx) -> None:
         metrics[f"{split}/improvement_std"] = paired["std"]
         metrics[f"{split}/dag_moe_wins"] = paired["wins"]
     metrics.update(result["against_plain_moe"])
+    metrics.update(result["per_eval_set"])
     ctx.write_metrics(metrics)

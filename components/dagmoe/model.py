@@ -59,8 +59,10 @@ def training_loss(model: nn.Module, batch, load_balance_coef: float, z_loss_coef
 
 
 def parameter_report(m, vocab_size: int) -> dict[str, int]:
-    """Total trainable parameters of every variant (built on the fly; cheap at any size we run)."""
-    return {v: count_parameters(build_model(v, m, vocab_size)) for v in VARIANTS}
+    """Total trainable parameters of every variant, counted on models built on the meta device
+    (shapes only: no memory, no random numbers, cheap at the paper's sizes too)."""
+    with torch.device("meta"):
+        return {v: count_parameters(build_model(v, m, vocab_size)) for v in VARIANTS}
 
 
 def check_parameter_match(m, vocab_size: int, tolerance: float) -> dict[str, Any]:
@@ -76,9 +78,10 @@ def check_parameter_match(m, vocab_size: int, tolerance: float) -> dict[str, Any
 def mean_loss(model: nn.Module, windows: torch.Tensor, batch_size: int) -> float:
     """Mean next-token cross-entropy (nats/token) over ``windows`` (n, context+1)."""
     model.eval()
+    device = next(model.parameters()).device
     total, count = 0.0, 0
     for start in range(0, len(windows), batch_size):
-        chunk = windows[start:start + batch_size]
+        chunk = windows[start:start + batch_size].to(device)
         total += lm_loss(model(chunk[:, :-1]), chunk[:, 1:]).item() * chunk[:, 1:].numel()
         count += chunk[:, 1:].numel()
     return total / max(count, 1)

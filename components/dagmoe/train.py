@@ -1,74 +1,218 @@
-"""Stage train: one language model per (variant, seed) with the shared training loop."""
+"""Stage train: one language model per (variant, seed) with the shared training loop.
+
+A run is one process (small profile) or ``train.world_size`` data-parallel replicas (paper
+profile: one per GPU the runtime gave the stage, torch DDP). Replicas draw the same seeded
+global batch and each trains on its own slice of the rows, so the data order does not depend
+on the number of replicas; DDP averages the gradients, and rank 0 logs and writes the outputs.
+"""
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
 import time
+from datetime import timedelta
+from pathlib import Path
 from typing import Iterator
 
+import numpy as np
 import torch
 
-from components.common.io import load_torch, save_torch, write_json_atomic
+from components.common.devices import resolve_device, resolve_dtype
+from components.common.io import read_json, save_torch, write_json_atomic
 from components.common.seeds import seed_everything
 from components.common.train import fit
+from components.dagmoe.corpus import eval_sets, load_tokens
 from components.dagmoe.model import build_model, check_parameter_match, mean_loss, training_loss
 
 CURVE_BATCH = 64  # windows per forward pass of the validation curve (speed only)
+DDP_TIMEOUT = timedelta(minutes=30)
+REPLICA_SECTIONS = ("model", "train")  # what a replica reads of the config
 
 
-def random_windows(tokens: torch.Tensor, context: int, batch_size: int,
-                   seed: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def take(tokens, index: torch.Tensor) -> torch.Tensor:
+    """The ids at ``index`` as int64; ``tokens`` is a tensor, an array or a memory map (only
+    the touched pages are read)."""
+    if isinstance(tokens, torch.Tensor):
+        return tokens[index].long()
+    return torch.from_numpy(np.asarray(tokens[index.numpy()], dtype=np.int64))
+
+
+def random_windows(tokens, context: int, batch_size: int, seed: int, rank: int = 0,
+                   world: int = 1) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Endless batches of random (input, target) windows. The generator depends on the seed
-    only, so every variant trained with the same seed sees the same batches in the same order."""
+    only, so every variant trained with the same seed sees the same batches in the same order;
+    replica ``rank`` of ``world`` gets its contiguous share of each batch's rows."""
+    if batch_size % world:
+        raise ValueError(f"train.batch_size={batch_size} must be divisible by the {world} replicas")
     gen = torch.Generator().manual_seed(10_000 + seed)
     offsets = torch.arange(context + 1)
+    rows = slice(rank * batch_size // world, (rank + 1) * batch_size // world)
     while True:
         starts = torch.randint(0, len(tokens) - context - 1, (batch_size,), generator=gen)
-        windows = tokens[starts[:, None] + offsets].long()
+        windows = take(tokens, starts[rows, None] + offsets)
         yield windows[:, :-1], windows[:, 1:]
 
 
-def eval_windows(tokens: torch.Tensor, context: int, max_tokens: int) -> torch.Tensor:
+def eval_windows(tokens, context: int, max_tokens: int) -> torch.Tensor:
     """Non-overlapping (context+1)-token windows from the start of a validation stream."""
     n = min(len(tokens) - 1, max_tokens) // context
     starts = torch.arange(n) * context
-    return tokens[starts[:, None] + torch.arange(context + 1)].long()
+    return take(tokens, starts[:, None] + torch.arange(context + 1))
 
 
 def model_config_dict(m) -> dict:
     return m.model_dump() if hasattr(m, "model_dump") else dict(vars(m))
 
 
+def resolve_world_size(t) -> int:
+    """``train.world_size``, where 0 means one replica per visible GPU (at least one)."""
+    if t.world_size > 0:
+        return t.world_size
+    return max(1, torch.cuda.device_count())
+
+
 def train_stage(cfg, ctx) -> None:
-    m, t = cfg.model, cfg.train
-    variant, seed = ctx.item["variant"], int(ctx.item["seed"])
+    world = resolve_world_size(cfg.train)
+    if world == 1:
+        train_replica(cfg, ctx.inputs["build_corpus"], ctx.item, ctx)
+    else:
+        run_data_parallel(cfg, ctx, world)
+
+
+def run_data_parallel(cfg, ctx, world: int) -> None:
+    """Rank 0 runs here (it owns ``ctx``); ranks 1.. run as child interpreters started with
+    ``subprocess`` (stage workers may be daemonic processes, which multiprocessing forbids to
+    have children). All meet through a rendezvous file in a fresh temp folder (no port to pick)."""
+    corpus = Path(ctx.inputs["build_corpus"])
+    with tempfile.TemporaryDirectory(prefix="dagmoe-ddp-") as tmp:
+        rendezvous = str(Path(tmp) / "init")
+        children = [_start_replica(cfg, corpus, ctx.item, r, world, rendezvous, Path(tmp))
+                    for r in range(1, world)]
+        try:
+            train_replica(cfg, corpus, ctx.item, ctx, rank=0, world=world, rendezvous=rendezvous)
+        except BaseException:
+            for child in children:
+                child.kill()
+            raise
+        finally:
+            codes = {r + 1: child.wait() for r, child in enumerate(children)}
+    failed = {rank: code for rank, code in codes.items() if code}
+    if failed:
+        raise RuntimeError(f"train: data-parallel replicas failed (rank: exit code) {failed}")
+
+
+def _start_replica(cfg, corpus: Path, item: dict, rank: int, world: int, rendezvous: str,
+                   tmp: Path) -> subprocess.Popen:
+    spec = tmp / f"replica{rank}.json"
+    sections = {name: getattr(cfg, name).model_dump(mode="json") for name in REPLICA_SECTIONS}
+    write_json_atomic(spec, {"config": sections, "corpus": str(corpus),
+                             "item": dict(item), "rank": rank, "world": world,
+                             "rendezvous": rendezvous})
+    package_root = str(Path(__file__).resolve().parents[2])  # the folder holding components/
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)}
+    return subprocess.Popen([sys.executable, "-m", "components.dagmoe.train", str(spec)], env=env)
+
+
+def replica_main(spec_path: str) -> None:
+    """Entry of a replica child: ``python -m components.dagmoe.train SPEC.json``."""
+    from types import SimpleNamespace
+
+    from components.dagmoe.config import Model, Train
+
+    spec = read_json(spec_path)
+    cfg = SimpleNamespace(model=Model.model_validate(spec["config"]["model"]),
+                          train=Train.model_validate(spec["config"]["train"]))
+    train_replica(cfg, Path(spec["corpus"]), spec["item"], None, rank=spec["rank"],
+                  world=spec["world"], rendezvous=spec["rendezvous"])
+
+
+def replica_device(requested: str, rank: int, world: int) -> torch.device:
+    """One process: the current device (the GPU the runtime reserved). Replicas: GPU ``rank``
+    of those visible (under Ray, the stage's own GPUs)."""
+    device = resolve_device(requested)
+    if device.type == "cuda" and world > 1:
+        device = torch.device("cuda", rank)
+        torch.cuda.set_device(device)
+    return device
+
+
+def train_replica(cfg, corpus, item: dict, ctx, rank: int = 0, world: int = 1,
+                  rendezvous: str | None = None) -> None:
+    """One training run, or replica ``rank`` of ``world`` (DDP); only rank 0 gets ``ctx``."""
+    t = cfg.train
+    variant, seed = item["variant"], int(item["seed"])
     torch.set_num_threads(t.threads)  # fan-out instances share the cores
-    corpus = ctx.inputs["build_corpus"]
-    tokens = load_torch(corpus / "train.pt")
-    curve_windows = eval_windows(load_torch(corpus / "val_id.pt"), m.context, t.curve_tokens)
+    device = replica_device(t.device, rank, world)
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank,
+                                world_size=world, init_method=f"file://{rendezvous}",
+                                timeout=DDP_TIMEOUT)
+    try:
+        _train(cfg, Path(corpus), variant, seed, ctx, device, rank, world)
+    finally:
+        if world > 1:
+            dist.destroy_process_group()
+
+
+def autocast_for(device: torch.device, precision: str):
+    dtype = resolve_dtype(device, precision)
+    if dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=dtype)
+
+
+def _train(cfg, corpus: Path, variant: str, seed: int, ctx, device: torch.device, rank: int,
+           world: int) -> None:
+    m, t = cfg.model, cfg.train
+    tokens = load_tokens(corpus, "train")
+    curve_set = next(name for name, domain in eval_sets(corpus).items() if domain == "id")
+    curve_windows = eval_windows(load_tokens(corpus, curve_set), m.context, t.curve_tokens)
     vocab_size = _vocab_size(corpus)
     match = check_parameter_match(m, vocab_size, t.param_match_tolerance)
 
     seed_everything(seed)
-    model = build_model(variant, m, vocab_size).to(t.device)
-    batches = ((x.to(t.device), y.to(t.device))
-               for x, y in random_windows(tokens, m.context, t.batch_size, seed))
+    model = build_model(variant, m, vocab_size).to(device)
+    trained = model
+    if world > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        trained = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    batches = ((x.to(device), y.to(device))
+               for x, y in random_windows(tokens, m.context, t.batch_size, seed, rank, world))
+
+    def loss_fn(mod, batch):
+        with autocast_for(device, t.precision):
+            return training_loss(mod, batch, t.load_balance_coef, t.z_loss_coef)
+
     start = time.perf_counter()
-    records = fit(model, batches,
-                  lambda mod, b: training_loss(mod, b, t.load_balance_coef, t.z_loss_coef),
+    records = fit(trained, batches, loss_fn,
                   steps=t.steps, lr=t.lr, weight_decay=t.weight_decay, warmup=t.warmup,
                   grad_clip=t.grad_clip, ctx=ctx, log_every=t.log_every,
-                  eval_fn=lambda mod: {"train/val_id_loss": mean_loss(mod, curve_windows, CURVE_BATCH)},
+                  eval_fn=(lambda _: {"train/val_id_loss": mean_loss(model, curve_windows, CURVE_BATCH)})
+                  if rank == 0 else None,
                   eval_every=t.curve_every)
     seconds = time.perf_counter() - start
+    if rank == 0:
+        _write_outputs(ctx, model, records, match, variant, seed, vocab_size, m,
+                       {"seconds": seconds, "seconds_per_step": seconds / t.steps,
+                        "world_size": world})
 
+
+def _write_outputs(ctx, model, records, match, variant, seed, vocab_size, m, timing) -> None:
     save_torch(ctx.out_dir / "model.pt", {
         "variant": variant, "seed": seed, "vocab_size": vocab_size,
         "model_config": model_config_dict(m), "state_dict": model.state_dict()})
     write_json_atomic(ctx.out_dir / "history.json", records)
-    losses = [r["train/loss"] for r in records]
+    losses = [r["train/loss"] for r in records]  # rank 0's share of each batch under DDP
     summary = {"params": match["params"][variant], "param_gap_dag_vs_shared": match["param_gap"],
                "train_loss_first": losses[0], "train_loss_final": losses[-1],
                **curve_flatness(records, "train/val_id_loss")}
-    timing = {"seconds": seconds, "seconds_per_step": seconds / t.steps}
     write_json_atomic(ctx.out_dir / "summary.json", {**summary, **timing})  # read by analyze_routing
     ctx.write_metrics(summary)  # deterministic given params + seed; timings go to MLflow only
     ctx.log_metrics(timing)
@@ -90,6 +234,8 @@ def curve_flatness(records: list[dict], key: str) -> dict[str, float]:
 
 
 def _vocab_size(corpus_dir) -> int:
-    from components.common.io import read_json
-
     return int(read_json(corpus_dir / "meta.json")["vocab_size"])
+
+
+if __name__ == "__main__":
+    replica_main(sys.argv[1])

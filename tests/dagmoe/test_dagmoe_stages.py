@@ -5,11 +5,12 @@ import pytest
 import torch
 
 from components.common.context import LocalContext
-from components.common.io import read_json, read_table, save_torch, write_json_atomic
+from components.common.io import read_json, read_table, write_json_atomic
 from components.dagmoe.compare import against_plain_moe, compare_stage, judge
 from components.dagmoe.config import DagmoeConfig
-from components.dagmoe.corpus import (ByteTokenizer, _docstrings_of, held_out,
-                                      language_reference_texts, split_stdlib)
+from components.dagmoe.corpus import (SMALL_EVAL_SETS, ByteTokenizer, _docstrings_of, held_out,
+                                      language_reference_texts, load_tokens, split_stdlib,
+                                      write_tokens)
 from components.dagmoe.evaluate import analyze_routing_stage, evaluate_stage
 from components.dagmoe.train import curve_flatness, random_windows, train_stage
 
@@ -37,8 +38,8 @@ def corpus_dir(tmp_path):
     texts = {"train": ["Return the sum of a and b."] * 30, "val_id": ["Open a file."] * 20,
              "val_ood": ["The while statement repeats."] * 20}
     for name, docs in texts.items():
-        save_torch(out / f"{name}.pt", torch.from_numpy(tok.encode_documents(docs)))
-    write_json_atomic(out / "meta.json", {"vocab_size": tok.vocab_size})
+        write_tokens(out / f"{name}.bin", tok.encode_documents(docs))
+    write_json_atomic(out / "meta.json", {"vocab_size": tok.vocab_size, "eval_sets": SMALL_EVAL_SETS})
     return out
 
 
@@ -142,6 +143,8 @@ def test_profiles_validate_and_paper_preflight_names_missing_input():
         DagmoeConfig.for_profile(profile)
     DagmoeConfig.for_profile("small").preflight()
     with pytest.raises(FileNotFoundError, match="corpus.train_files"):
+        DagmoeConfig.for_profile("small", {"corpus": {"source": "files"}}).preflight()
+    with pytest.raises(FileNotFoundError, match="paper.pile_root"):
         DagmoeConfig.for_profile("paper").preflight()
 
 
@@ -156,3 +159,47 @@ def test_train_metrics_are_identical_for_the_same_params_and_seed(tmp_path, corp
         train_stage(cfg, ctx)
         summaries.append(ctx.summary)
     assert summaries[0] == summaries[1] and "seconds" not in summaries[0]
+
+
+def test_memory_mapped_tokens_give_the_same_windows_as_a_tensor(tmp_path):
+    """The corpus moved from .pt tensors to int32 memory maps: same batches, same eval windows."""
+    from components.dagmoe.corpus import load_tokens
+    from components.dagmoe.train import eval_windows
+
+    ids = torch.randint(0, 1000, (777,), generator=torch.Generator().manual_seed(0), dtype=torch.int32)
+    write_tokens(tmp_path / "train.bin", ids.numpy())
+    mapped = load_tokens(tmp_path, "train")
+    for (x1, y1), (x2, y2), _ in zip(random_windows(ids, 8, 4, seed=5), random_windows(mapped, 8, 4, seed=5),
+                                     range(3)):
+        assert x2.dtype == torch.int64 and torch.equal(x1, x2) and torch.equal(y1, y2)
+    assert torch.equal(eval_windows(ids, 8, 100), eval_windows(mapped, 8, 100))
+
+
+def test_replicas_split_each_batch_into_contiguous_row_shares():
+    tokens = torch.arange(1000)
+    (full, _), = [next(random_windows(tokens, 8, 6, seed=1))]
+    shares = [next(random_windows(tokens, 8, 6, seed=1, rank=r, world=3))[0] for r in range(3)]
+    assert torch.equal(torch.cat(shares), full)
+    with pytest.raises(ValueError, match="divisible"):
+        next(random_windows(tokens, 8, 6, seed=1, rank=0, world=4))
+
+
+def test_two_data_parallel_replicas_train_the_model_one_process_trains(tmp_path, corpus_dir):
+    """DDP (gloo on CPU, a child interpreter as rank 1) averages the two halves' gradients,
+    which is the full batch's gradient when every loss term is a per-token mean: with the
+    load-balance term (a product of batch statistics) switched off, the models agree."""
+    from components.dagmoe.evaluate import load_trained
+    from components.dagmoe.model import mean_loss
+    from components.dagmoe.train import eval_windows
+
+    sizes = {**TINY, "train": {**TINY["train"], "load_balance_coef": 0.0}}
+    windows = eval_windows(load_tokens(corpus_dir, "val_id"), 8, 200)
+    losses = {}
+    for world in (1, 2):
+        cfg = DagmoeConfig.for_profile("smoke", {**sizes, "train": {**sizes["train"], "world_size": world}})
+        ctx = LocalContext(out_dir=tmp_path / f"w{world}", inputs={"build_corpus": corpus_dir},
+                           item={"variant": "dag_moe", "seed": 0})
+        train_stage(cfg, ctx)
+        assert read_json(ctx.out_dir / "summary.json")["world_size"] == world
+        losses[world] = mean_loss(load_trained(ctx.out_dir)[0], windows, 8)
+    assert losses[2] == pytest.approx(losses[1], abs=1e-4)
