@@ -151,3 +151,34 @@ def test_uint8_images_are_embedded_as_their_float_pixels():
     encoder = backbone.ViTMAEEncoder(build_tiny("vit_mae").vit)
     pixels = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
     assert torch.allclose(embed(encoder, pixels), embed(encoder, pixels.float() / 255), atol=1e-6)
+
+
+def test_imagenet_layout_splits_and_corruptions_read_with_clean_class_order(tmp_path):
+    """data.source = imagefolder: train/val class folders; ImageNet-C sets labelled by the
+    clean classes' order, whatever folders a set has."""
+    from components.selfsoup.paper_data import load_corrupted_sets, load_paper_splits
+    from tests.paper.layouts import write_image_folder
+
+    classes = ["n01440764", "n01443537", "n01484850"]
+    write_image_folder(tmp_path / "imagenet" / "train", classes, per_class=4, size=40)
+    write_image_folder(tmp_path / "imagenet" / "val", classes, per_class=2, size=40, seed=1)
+    write_image_folder(tmp_path / "imagenet-c" / "fog" / "2", classes[1:], per_class=2, size=32, seed=2)
+    cfg = SelfsoupConfig.for_profile("paper", {
+        "data": {"source": "imagefolder", "root": str(tmp_path / "imagenet"), "image_size": 32, "n_train": 6,
+                 "n_val": 3, "corrupted_root": str(tmp_path / "imagenet-c")}})
+    splits, found = load_paper_splits(cfg.data)
+    assert found == classes
+    assert splits["train"]["x"].shape == (6, 3, 32, 32) and splits["train"]["x"].dtype == torch.uint8
+    assert len(splits["val"]["y"]) == 3 and splits["test"]["y"].tolist() == [0, 0, 1, 1, 2, 2]
+    fog = load_corrupted_sets(cfg.data, found, ["fog_2"])["fog_2"]
+    assert fog["y"].tolist() == [1, 1, 2, 2]
+
+
+def test_non_square_images_are_short_side_resized_and_centre_cropped():
+    from components.selfsoup.paper_data import decode
+    from tests.selfsoup.paper_layouts import png_bytes
+
+    wide = torch.zeros(30, 60, 3, dtype=torch.uint8)
+    wide[:, 20:40] = 255                                  # a bright centre band survives the crop
+    out = decode(png_bytes(wide.numpy()), 16)
+    assert out.shape == (3, 16, 16) and out[:, :, 8].min() > 200 and out[:, :, 0].max() < 50
