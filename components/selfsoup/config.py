@@ -1,7 +1,6 @@
 """Params of the selfsoup reproduction. Field defaults are the ``small`` profile."""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import ClassVar, Literal
 
 from pydantic import model_validator
@@ -10,12 +9,19 @@ from components.common.config import MethodConfig, Section
 
 CORRUPTIONS = ["gaussian_noise", "shot_noise", "impulse_noise", "gaussian_blur",
                "contrast", "brightness", "pixelate", "elastic"]
+# ImageNet-C's 15 benchmark corruptions (its folder names), read from disk in the paper profile
+IMAGENET_C = ["gaussian_noise", "shot_noise", "impulse_noise", "defocus_blur", "glass_blur", "motion_blur",
+              "zoom_blur", "snow", "frost", "fog", "brightness", "contrast", "elastic_transform", "pixelate",
+              "jpeg_compression"]
 
 
 class Data(Section):
-    source: Literal["digits", "imagefolder"] = "digits"
-    root: str = ""                       # paper profile: ImageNet / mini-VTAB folder
-    corrupted_root: str = ""             # paper profile: ImageNet-C / mini-VTAB-C folder
+    # digits: embedded (small); minivtab / imagefolder: the paper's data from disk (paper_data.py)
+    source: Literal["digits", "minivtab", "imagefolder"] = "digits"
+    root: str = ""                       # paper: mini-VTAB snapshot or ImageNet-layout folder
+    task: str = ""                       # paper, minivtab: the task folder (e.g. cifar100)
+    corrupted_root: str = ""             # paper: ImageNet-C-layout folder of the task's corruptions
+    max_test: int = 0                    # paper: cap on the clean test set and each corrupted set (0 = all)
     split_seed: int = 0                  # one fixed split; seeds vary everything downstream
     image_size: int = 16                 # 8x8 digits upsampled
     # stock source: grey crops of scikit-image's bundled photographs (disjoint from and shifted
@@ -41,6 +47,9 @@ class Model(Section):
     decoder_dim: int = 16
     decoder_depth: int = 1
     num_classes: int = 10
+    # the fields above shape the tiny ViT; with stock.checkpoint set the architecture is the
+    # checkpoint's own (its config.json) and only num_classes is read
+    device: str = "cpu"                  # "auto" (paper): CUDA when visible, else CPU
 
 
 class Augment(Section):
@@ -51,7 +60,7 @@ class Augment(Section):
 
 class Stock(Section):
     """MAE pre-training of the stock on the natural-image source (paper: a public MAE ViT-B/16)."""
-    checkpoint: str = ""                 # paper profile: MAE encoder+decoder weights (not read yet)
+    checkpoint: str = ""                 # paper: ViTMAEForPreTraining folder (encoder + decoder), read by pretrain_stock
     steps: int = 1500
     batch: int = 128
     lr: float = 2e-3
@@ -158,19 +167,28 @@ class SelfsoupConfig(MethodConfig):
         "season": {"epochs": 2},
     }
     PAPER: ClassVar[dict] = {
-        "data": {"source": "imagefolder", "image_size": 224},
-        "model": {"patch": 16, "dim": 768, "depth": 12, "heads": 12, "decoder_dim": 512,
-                  "decoder_depth": 8, "num_classes": 1000},
+        # mini-VTAB (1K labelled train images per task: 800 train + 200 val here) with the task's
+        # corruptions in ImageNet-C's folder layout; ImageNet + ImageNet-C by --set (CLAIMS.md)
+        "data": {"source": "minivtab", "task": "cifar100", "image_size": 224, "n_train": 800, "n_val": 200,
+                 "max_test": 2000, "corruptions": IMAGENET_C, "severities": [1, 2, 3, 4, 5],
+                 "shift_corruptions": ["gaussian_noise", "defocus_blur", "contrast", "pixelate"],
+                 "shift_severity": 3},
+        # architecture and weights from stock.checkpoint (MAE ViT-B/16); no stock pre-training here
+        "model": {"num_classes": 100, "device": "auto"},
         "stock": {"steps": 0},
-        # official grid: MAE FT-ingredients lr {1..4}e-5, seasoning ingredients all 4e-5
-        "inter_train": {"steps": 10_000, "batch": 128, "recipes": {
+        # official grid: MAE FT-ingredients lr {1..4}e-5, seasoning ingredients all 4e-5; the
+        # official "3aug" crop scale (0.08, 1) without our small-profile rotation / pixel noise
+        "inter_train": {"steps": 10_000, "batch": 128, "head_lr": 4e-5,
+                        "augment": {"crop_scale": (0.08, 1.0), "rotation_deg": 0.0, "noise_std": 0.0},
+                        "recipes": {
             "mae_lr1": {"algo": "mae", "lr": 1e-5}, "mae_lr2": {"algo": "mae", "lr": 4e-5},
             "moco_t0p1": {"algo": "moco", "lr": 4e-5, "temperature": 0.1},
             "moco_t1": {"algo": "moco", "lr": 4e-5, "temperature": 1.0},
             "mmcr_global": {"algo": "mmcr", "lr": 4e-5}, "mmcr_local": {"algo": "mmcr", "lr": 4e-5, "local": True},
             "lejepa": {"algo": "lejepa", "lr": 4e-5, "num_slices": 256}}},
         "robustness": {"steps": 10_000},
-        "finetune": {"lrs": [1e-5, 2e-5, 3e-5, 4e-5], "epochs": 100, "batch": 128},
+        "finetune": {"lrs": [1e-5, 2e-5, 3e-5, 4e-5], "epochs": 100, "batch": 128,
+                     "augment": {"crop_scale": (0.08, 1.0), "rotation_deg": 0.0, "noise_std": 0.0}},
         "season": {"epochs": 100},
     }
 
@@ -191,11 +209,23 @@ class SelfsoupConfig(MethodConfig):
         return self
 
     def preflight(self) -> None:
-        if self.data.source == "digits":
+        """Paper paths and layouts, checked before anything runs (one line naming the key)."""
+        from components.selfsoup import paper_data
+
+        d, s = self.data, self.stock
+        if d.source == "digits":
+            if s.checkpoint:  # a ViT-MAE stock for the digits: 1 channel at data.image_size
+                paper_data.check_stock(s, d.image_size, channels=1)
             return
-        for key, value in (("data.root", self.data.root), ("data.corrupted_root", self.data.corrupted_root),
-                           ("stock.checkpoint", self.stock.checkpoint)):
-            if not value or not Path(value).exists():
-                raise FileNotFoundError(
-                    f"selfsoup paper profile: {key} = {value!r} does not exist; set it with "
-                    f"--set {key}=/path (ImageNet/mini-VTAB, its -C corruptions, MAE ViT-B/16 weights)")
+        if d.source == "minivtab" and not d.task:
+            raise ValueError("data.task is not set; set it to a mini-VTAB task folder under data.root (e.g. cifar100)")
+        n_classes = paper_data.check_clean(d)
+        sets = [f"{c}_{v}" for c in d.corruptions for v in d.severities]
+        paper_data.check_corrupted(d, sets + [f"{c}_{d.shift_severity}" for c in d.shift_corruptions])
+        paper_data.check_stock(s, d.image_size, channels=3)
+        if s.steps:
+            raise ValueError(f"stock.steps = {s.steps}: the paper profile has no stock pre-training pool; "
+                             "the stock is stock.checkpoint as it is (set stock.steps=0)")
+        if n_classes != self.model.num_classes:
+            raise ValueError(f"data.root has {n_classes} classes but model.num_classes = {self.model.num_classes}; "
+                             f"set model.num_classes={n_classes}")

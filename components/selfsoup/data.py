@@ -133,11 +133,28 @@ def split_indices(n: int, sizes: dict[str, int], seed: int) -> dict[str, np.ndar
     return out
 
 
+def prepare_paper_data(d, out_dir) -> dict[str, int]:
+    """The paper's task and its corruptions from disk (paper_data.py), saved like the digits'."""
+    from components.selfsoup.paper_data import load_corrupted_sets, load_paper_splits
+
+    splits, classes = load_paper_splits(d)
+    save_torch(out_dir / "splits.pt", splits)
+    names = [f"{c}_{v}" for c in d.corruptions for v in d.severities]
+    names += [n for n in (f"{c}_{d.shift_severity}" for c in d.shift_corruptions) if n not in names]
+    corrupted = load_corrupted_sets(d, classes, names)
+    save_torch(out_dir / "corrupted_test.pt", corrupted)
+    sizes = {name: len(split["y"]) for name, split in splits.items()}
+    write_json_atomic(out_dir / "summary.json", {"sizes": sizes, "classes": classes, "corrupted_sets":
+                                                 {k: len(v["y"]) for k, v in corrupted.items()}})
+    return sizes | {"corrupted_sets": len(corrupted), "classes": len(classes)}
+
+
 def prepare_data_stage(cfg, ctx) -> None:
     d = cfg.data
     if d.source != "digits":
-        raise NotImplementedError("selfsoup: only the embedded digits source is implemented; "
-                                  "the paper profile needs an ImageNet/mini-VTAB loader")
+        counts = prepare_paper_data(d, ctx.out_dir)
+        ctx.write_metrics({f"n_{name}": n for name, n in counts.items()})
+        return
     images, labels = load_digits_images(d.image_size)
     idx = split_indices(len(images), {"train": d.n_train, "val": d.n_val}, d.split_seed)
     splits = {name: {"x": torch.from_numpy(images[i]), "y": torch.from_numpy(labels[i])} for name, i in idx.items()}
@@ -174,14 +191,28 @@ def downstream_unlabelled(splits: dict) -> torch.Tensor:
     return torch.cat([splits["train"]["x"], splits["val"]["x"]])
 
 
+def corrupted_set(entry, test_labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(images, labels) of one corrupted set: the digits' sets are the test split's images
+    corrupted in place (its labels); the paper's come from disk with their own labels."""
+    return (entry["x"], entry["y"]) if isinstance(entry, dict) else (entry, test_labels)
+
+
 def shift_pool(data_dir, data_cfg) -> torch.Tensor:
     """Unlabelled corrupted test images that the robustness arm adapts to (transductive)."""
     corrupted = load_corrupted(data_dir)
-    return torch.cat([corrupted[f"{name}_{data_cfg.shift_severity}"] for name in data_cfg.shift_corruptions])
+    sets = [corrupted[f"{name}_{data_cfg.shift_severity}"] for name in data_cfg.shift_corruptions]
+    return torch.cat([s["x"] if isinstance(s, dict) else s for s in sets])
+
+
+def as_float(x: torch.Tensor) -> torch.Tensor:
+    """[0, 1] floats; the paper's images are stored as uint8."""
+    return x if x.is_floating_point() else x.float() / 255.0
 
 
 def augment(x: torch.Tensor, aug, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Random resized crop + small rotation (one affine warp per image), then pixel noise."""
+    """Random resized crop + small rotation (one affine warp per image), then pixel noise.
+    Random numbers are drawn on the CPU whatever the device of ``x``."""
+    x = as_float(x)
     b = x.shape[0]
     lo, hi = aug.crop_scale
 
@@ -193,10 +224,10 @@ def augment(x: torch.Tensor, aug, generator: torch.Generator | None = None) -> t
     shift = (1 - scale).unsqueeze(1) * (2 * torch.rand(b, 2, generator=generator) - 1)
     cos, sin = torch.cos(angle) * scale, torch.sin(angle) * scale
     theta = torch.stack([torch.stack([cos, -sin, shift[:, 0]], 1), torch.stack([sin, cos, shift[:, 1]], 1)], 1)
-    grid = F.affine_grid(theta, list(x.shape), align_corners=False)
+    grid = F.affine_grid(theta.to(x.device), list(x.shape), align_corners=False)
     out = F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
     if aug.noise_std > 0:
-        out = out + aug.noise_std * torch.randn(out.shape, generator=generator)
+        out = out + aug.noise_std * torch.randn(out.shape, generator=generator).to(x.device)
     return out.clamp(0, 1)
 
 

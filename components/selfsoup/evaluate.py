@@ -6,9 +6,9 @@ import numpy as np
 
 from components.common.io import load_torch, read_json, read_table, write_json_atomic, write_table
 from components.common.metrics import paired_difference, summarize
-from components.selfsoup.data import load_corrupted, load_splits
+from components.selfsoup.data import corrupted_set, load_corrupted, load_splits
 from components.selfsoup.soup import classifier, evaluate_model, midpoint_barrier
-from components.selfsoup.ssl import start
+from components.selfsoup.ssl import start, stock_arch
 
 SOUPS = ("uniform_soup", "greedy_soup")
 
@@ -22,11 +22,15 @@ def evaluate_stage(cfg, ctx) -> None:
     models = {m: ctx.inputs["fine_tune"][f"{m}-{seed}"] / "model.pt" for m in cfg.finetune.models}
     models |= {s: ctx.inputs["soup"][str(seed)] / f"{s}.pt" for s in SOUPS}
     shift = {f"{c}_{cfg.data.shift_severity}" for c in cfg.data.shift_corruptions}
-    rows = []
+    sets = {"clean": (test["x"], test["y"])} | {k: corrupted_set(v, test["y"]) for k, v in corrupted.items()}
+    arch = stock_arch(ctx.inputs["pretrain_stock"][str(seed)])
+    net, rows = None, []
     for model, path in models.items():
-        net = classifier(cfg, test["x"].shape[-1], load_torch(path))
-        for set_name, x in ({"clean": test["x"]} | corrupted).items():
-            r = evaluate_model(net, x, test["y"])
+        state = load_torch(path)
+        net = classifier(cfg, test["x"].shape[-1], state, arch) if net is None else net
+        net.load_state_dict(state)
+        for set_name, (x, y) in sets.items():
+            r = evaluate_model(net, x, y)
             corruption, _, severity = set_name.rpartition("_")
             rows.append({"seed": seed, "model": model, "set": set_name,
                          "corruption": corruption or "clean", "severity": int(severity) if corruption else 0,
@@ -51,12 +55,13 @@ def _seed_list(df, model: str, **where) -> list[float]:
     return _points(v for _, v in sorted(_per_seed(df, model, **where).items()))
 
 
-def cross_init_barriers(cfg, fine_tune_inputs: dict, seeds: list[int], val) -> list[float]:
-    """Control: stock->FT models of different seeds come from different random initialisations."""
+def cross_init_barriers(cfg, fine_tune_inputs: dict, seeds: list[int], val, arch: dict | None = None) -> list[float]:
+    """Control: stock->FT models of different seeds come from different random initialisations
+    (in the paper profile they share the checkpoint, so this control is expected to be low)."""
     pairs = list(zip(seeds, seeds[1:] + seeds[:1])) if len(seeds) > 2 else list(zip(seeds[:1], seeds[1:]))
-    return [midpoint_barrier(cfg, load_torch(fine_tune_inputs[f"stock-{a}"] / "model.pt"),
-                             load_torch(fine_tune_inputs[f"stock-{b}"] / "model.pt"), val["x"], val["y"])
-            for a, b in pairs]
+    states = {s: load_torch(fine_tune_inputs[f"stock-{s}"] / "model.pt") for s in seeds}
+    net = classifier(cfg, val["x"].shape[-1], states[seeds[0]], arch)
+    return [midpoint_barrier(net, states[a], states[b], val["x"], val["y"]) for a, b in pairs]
 
 
 def premises(cfg, ctx, seeds: list[int], ingredients: list[str]) -> dict:
@@ -75,7 +80,8 @@ def premises(cfg, ctx, seeds: list[int], ingredients: list[str]) -> dict:
                 "distances": [s["distances"] for s in soups], "barriers": [s["barriers"] for s in soups]}
     if len(seeds) > 1:
         val = load_splits(ctx.inputs["prepare_data"])["val"]
-        out["control_barrier"] = float(np.mean(cross_init_barriers(cfg, ctx.inputs["fine_tune"], seeds, val)))
+        arch = stock_arch(ctx.inputs["pretrain_stock"][str(seeds[0])])
+        out["control_barrier"] = float(np.mean(cross_init_barriers(cfg, ctx.inputs["fine_tune"], seeds, val, arch)))
     return out
 
 

@@ -13,8 +13,8 @@ from components.common.seeds import seed_everything
 from components.common.soups import uniform_soup
 from components.common.train import fit
 from components.selfsoup.data import augment, batches, load_splits
-from components.selfsoup.ssl import build_encoder, start
-from components.selfsoup.vit import Classifier, predict_logits
+from components.selfsoup.ssl import build_encoder, cpu_state, device, start, stock_arch
+from components.selfsoup.vit import Classifier, autocast, device_of, predict_logits
 
 
 def initial_encoder_state(name: str, seed: int, cfg, inputs) -> dict:
@@ -31,12 +31,13 @@ def initial_encoder_state(name: str, seed: int, cfg, inputs) -> dict:
     return uniform_soup([load_torch(d / "encoder.pt") for d in dirs])
 
 
-def build_classifier(cfg, image_size: int, encoder_state: dict, head_state: dict) -> Classifier:
-    encoder = build_encoder(cfg.model, image_size)
+def build_classifier(cfg, image_size: int, encoder_state: dict, head_state: dict,
+                     arch: dict | None = None) -> Classifier:
+    encoder = build_encoder(cfg.model, image_size, arch)
     encoder.load_state_dict(encoder_state)
     model = Classifier(encoder, cfg.model.num_classes)
     model.head.load_state_dict(head_state)
-    return model
+    return model.to(device(cfg.model))
 
 
 def accuracy(model, x: torch.Tensor, y: torch.Tensor) -> float:
@@ -48,7 +49,11 @@ def fine_tune(model: Classifier, train: dict, ft, lr: float, ctx=None, prefix: s
     stream = (idx for idx in batches(len(train["x"]), ft.batch, torch.default_generator))
 
     def loss_fn(m, idx):
-        return F.cross_entropy(m(augment(train["x"][idx], ft.augment)), train["y"][idx])
+        dev = device_of(m)
+        x = augment(train["x"][idx].to(dev), ft.augment)
+        with autocast(dev):
+            logits = m(x)
+        return F.cross_entropy(logits.float(), train["y"][idx].to(dev))
 
     fit(model, stream, loss_fn, steps=steps, lr=lr, weight_decay=ft.weight_decay,
         warmup=int(ft.warmup_frac * steps), ctx=ctx, prefix=prefix, log_every=max(1, steps // 10))
@@ -60,16 +65,17 @@ def fine_tune_stage(cfg, ctx) -> None:
     splits = load_splits(ctx.inputs["prepare_data"])
     train, val = splits["train"], splits["val"]
     encoder_state = initial_encoder_state(name, seed, cfg, ctx.inputs)
-    head_state = load_torch(ctx.inputs["pretrain_stock"][str(seed)] / "head_init.pt")
+    stock_dir = ctx.inputs["pretrain_stock"][str(seed)]
+    head_state, arch = load_torch(stock_dir / "head_init.pt"), stock_arch(stock_dir)
     best = None
     val_accs = {}
     for lr in cfg.finetune.lrs:
         seed_everything(seed)  # same batches and augmentations for every lr of the grid
-        model = build_classifier(cfg, train["x"].shape[-1], encoder_state, head_state)
+        model = build_classifier(cfg, train["x"].shape[-1], encoder_state, head_state, arch)
         fine_tune(model, train, cfg.finetune, lr, ctx, prefix=f"ft_lr{lr:g}")
         val_accs[lr] = accuracy(model, val["x"], val["y"])
         if best is None or val_accs[lr] > val_accs[best[0]]:
-            best = (lr, model.state_dict())
+            best = (lr, cpu_state(model))
     summary = {"val_acc": val_accs[best[0]], "lr": best[0]} | {f"val_acc_lr{lr:g}": a for lr, a in val_accs.items()}
     save_torch(ctx.out_dir / "model.pt", best[1])
     write_json_atomic(ctx.out_dir / "val.json", summary)  # read by the soup stage

@@ -9,31 +9,35 @@ from torch.func import functional_call
 
 from components.common.io import load_torch, save_torch, write_json_atomic
 from components.common.soups import mix_stacked, stack_state_dicts, uniform_soup, weighted_soup
-from components.selfsoup.data import batches, downstream_unlabelled, load_splits
+from components.selfsoup.data import as_float, batches, downstream_unlabelled, load_splits
 from components.selfsoup.knn import knn_accuracy
 from components.selfsoup.losses import knn_neighbour_entropy
-from components.selfsoup.ssl import build_encoder, start
-from components.selfsoup.vit import embed
+from components.selfsoup.ssl import build_encoder, device, start, stock_arch
+from components.selfsoup.vit import autocast, device_of, embed
 
 
 def learn_mixing_weights(encoder, states: list[dict], images: torch.Tensor, s, ctx=None) -> tuple[torch.Tensor, list]:
     """Adam on logits alpha of softmax mixing weights, cosine lr from s.lr to s.lr_min; returns the
     weights of the epoch with the lowest mean neighbour entropy, and the per-epoch losses."""
-    stacked = stack_state_dicts(states)
-    alpha = torch.zeros(len(states), requires_grad=True)
+    dev = device_of(encoder)
+    stacked = {k: v.to(dev) for k, v in stack_state_dicts(states).items()}
+    alpha = torch.zeros(len(states), device=dev, requires_grad=True)
     optimizer = torch.optim.Adam([alpha], lr=s.lr)
     steps_per_epoch = max(1, len(images) // min(s.batch, len(images)))
     total = s.epochs * steps_per_epoch
     stream = batches(len(images), s.batch, torch.default_generator)
     encoder.eval()
-    best_loss, best_weights, history, step = math.inf, alpha.detach().softmax(0), [], 0
+    best_loss, best_weights, history, step = math.inf, alpha.detach().softmax(0).cpu(), [], 0
     for epoch in range(s.epochs):
         epoch_loss = 0.0
         for _ in range(steps_per_epoch):
             for group in optimizer.param_groups:
                 group["lr"] = s.lr_min + 0.5 * (s.lr - s.lr_min) * (1 + math.cos(math.pi * step / total))
             params = mix_stacked(stacked, alpha.softmax(0))
-            loss = knn_neighbour_entropy(functional_call(encoder, params, (images[next(stream)],)), s.k, s.temperature)
+            x = as_float(images[next(stream)].to(dev))
+            with autocast(dev):
+                z = functional_call(encoder, params, (x,))
+            loss = knn_neighbour_entropy(z.float(), s.k, s.temperature)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
@@ -43,7 +47,7 @@ def learn_mixing_weights(encoder, states: list[dict], images: torch.Tensor, s, c
         if ctx is not None:
             ctx.log_metric("season/entropy", epoch_loss, step=epoch)
         if epoch_loss < best_loss:  # keep the weights at the end of the best epoch
-            best_loss, best_weights = epoch_loss, alpha.detach().softmax(0).clone()
+            best_loss, best_weights = epoch_loss, alpha.detach().softmax(0).cpu().clone()
     return best_weights, history
 
 
@@ -55,9 +59,10 @@ def self_season_stage(cfg, ctx) -> None:
     # train split is only the kNN bank that scores the result on test
     images, train, test = downstream_unlabelled(splits), splits["train"], splits["test"]
     names = ["stock"] + list(cfg.inter_train.ingredients)
-    states = [load_torch(ctx.inputs["pretrain_stock"][str(seed)] / "encoder.pt")]
+    stock_dir = ctx.inputs["pretrain_stock"][str(seed)]
+    states = [load_torch(stock_dir / "encoder.pt")]
     states += [load_torch(ctx.inputs["inter_train"][f"{n}-{seed}"] / "encoder.pt") for n in names[1:]]
-    encoder = build_encoder(cfg.model, images.shape[-1])
+    encoder = build_encoder(cfg.model, images.shape[-1], stock_arch(stock_dir)).to(device(cfg.model))
     weights, history = learn_mixing_weights(encoder, states, images, cfg.season, ctx)
 
     s = cfg.season

@@ -11,14 +11,16 @@ import torch.nn.functional as F
 from components.common.io import load_torch, read_json, save_torch, write_json_atomic
 from components.common.soups import greedy_soup, interpolate, uniform_soup
 from components.selfsoup.data import load_splits
-from components.selfsoup.ssl import build_encoder, start
+from components.selfsoup.ssl import build_encoder, device, start, stock_arch
 from components.selfsoup.vit import Classifier, predict_logits
 
 
-def classifier(cfg, image_size: int, state: dict) -> Classifier:
-    model = Classifier(build_encoder(cfg.model, image_size), cfg.model.num_classes)
+def classifier(cfg, image_size: int, state: dict, arch: dict | None = None) -> Classifier:
+    """A classifier of the stock's architecture holding ``state``; later states are loaded into
+    the same module (``evaluate_state``) rather than building a ViT-B per evaluation."""
+    model = Classifier(build_encoder(cfg.model, image_size, arch), cfg.model.num_classes)
     model.load_state_dict(state)
-    return model
+    return model.to(device(cfg.model))
 
 
 def evaluate_model(model, x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
@@ -26,14 +28,15 @@ def evaluate_model(model, x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
     return {"acc": float((logits.argmax(-1) == y).float().mean()), "nll": float(F.cross_entropy(logits, y))}
 
 
-def evaluate_state(cfg, state: dict, x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
-    return evaluate_model(classifier(cfg, x.shape[-1], state), x, y)
+def evaluate_state(net: Classifier, state: dict, x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
+    net.load_state_dict(state)
+    return evaluate_model(net, x, y)
 
 
-def midpoint_barrier(cfg, a: dict, b: dict, x: torch.Tensor, y: torch.Tensor) -> float:
+def midpoint_barrier(net: Classifier, a: dict, b: dict, x: torch.Tensor, y: torch.Tensor) -> float:
     """Loss at the midpoint of the segment minus the mean loss of its endpoints (nats)."""
-    ends = [evaluate_state(cfg, s, x, y)["nll"] for s in (a, b)]
-    return evaluate_state(cfg, interpolate(a, b, 0.5), x, y)["nll"] - sum(ends) / 2
+    ends = [evaluate_state(net, s, x, y)["nll"] for s in (a, b)]
+    return evaluate_state(net, interpolate(a, b, 0.5), x, y)["nll"] - sum(ends) / 2
 
 
 def weight_distance(a: dict, b: dict) -> float:
@@ -65,20 +68,22 @@ def soup_stage(cfg, ctx) -> None:
     dirs = [ctx.inputs["fine_tune"][f"{n}-{seed}"] for n in names]
     states = [load_torch(d / "model.pt") for d in dirs]
     val_scores = [read_json(d / "val.json")["val_acc"] for d in dirs]
+    stock_dir = ctx.inputs["pretrain_stock"][str(seed)]
+    net = classifier(cfg, val["x"].shape[-1], states[0], stock_arch(stock_dir))
 
     soups = {"uniform_soup": uniform_soup(states)}
     soups["greedy_soup"], kept = greedy_soup(states, val_scores,
-                                             lambda s: evaluate_state(cfg, s, val["x"], val["y"])["acc"])
+                                             lambda s: evaluate_state(net, s, val["x"], val["y"])["acc"])
     for soup_name, state in soups.items():
         save_torch(ctx.out_dir / f"{soup_name}.pt", state)
 
     # premise measurements: validation data and weights only, never test
-    barriers = pairwise(names, states, lambda a, b: midpoint_barrier(cfg, a, b, val["x"], val["y"]))
-    scale = weight_norm(start_state(ctx.inputs["pretrain_stock"][str(seed)]))
+    barriers = pairwise(names, states, lambda a, b: midpoint_barrier(net, a, b, val["x"], val["y"]))
+    scale = weight_norm(start_state(stock_dir))
     distances = pairwise(names, states, lambda a, b: weight_distance(a, b) / scale)
     summary = {"greedy_kept": [names[i] for i in kept], "barriers": barriers, "distances": distances}
     write_json_atomic(ctx.out_dir / "soup.json", summary)
-    metrics = {f"{k}_val_acc": evaluate_state(cfg, s, val["x"], val["y"])["acc"] for k, s in soups.items()}
+    metrics = {f"{k}_val_acc": evaluate_state(net, s, val["x"], val["y"])["acc"] for k, s in soups.items()}
     if barriers:
         metrics |= {"barrier_mean": sum(barriers.values()) / len(barriers), "barrier_max": max(barriers.values()),
                     "distance_min": min(distances.values()), "distance_mean": sum(distances.values()) / len(distances)}

@@ -1,4 +1,5 @@
-"""A tiny ViT for 16x16 grey images, plus the MAE decoder and the small heads SSL needs.
+"""A tiny ViT for 16x16 grey images, plus the MAE decoder and the small heads SSL needs
+(the paper profile's transformers ViT-MAE has the same interface: ``backbone.py``).
 
 The encoder is the only thing that travels between stages (stock -> ingredients -> soups);
 heads used by SSL objectives are thrown away after inter-training, as in the official code.
@@ -7,6 +8,8 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+
+from components.selfsoup.data import as_float
 
 
 def patchify(images: torch.Tensor, patch: int) -> torch.Tensor:
@@ -29,7 +32,7 @@ class Encoder(nn.Module):
 
     def __init__(self, image_size: int = 16, patch: int = 4, dim: int = 64, depth: int = 4, heads: int = 4):
         super().__init__()
-        self.patch = patch
+        self.patch, self.dim = patch, dim
         self.num_patches = (image_size // patch) ** 2
         self.embed = nn.Linear(patch * patch, dim)
         self.cls = nn.Parameter(torch.zeros(1, 1, dim))
@@ -37,6 +40,9 @@ class Encoder(nn.Module):
         self.pos = nn.Parameter(torch.randn(1, self.num_patches + 1, dim) * 0.02)
         self.blocks = _blocks(dim, depth, heads)
         self.norm = nn.LayerNorm(dim)
+
+    def normalize(self, images: torch.Tensor) -> torch.Tensor:
+        return images  # trained on [0, 1] pixels as they are
 
     def tokens(self, images: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
         """All output tokens (CLS first). ``keep`` (B, n_keep) selects visible patches for MAE."""
@@ -84,22 +90,40 @@ def mlp(dim_in: int, hidden: int, dim_out: int) -> nn.Sequential:
 class Classifier(nn.Module):
     """Encoder + linear head; its state dict is what supervised soups average."""
 
-    def __init__(self, encoder: Encoder, num_classes: int = 10):
+    def __init__(self, encoder: nn.Module, num_classes: int = 10):
         super().__init__()
         self.encoder = encoder
-        self.head = nn.Linear(encoder.norm.normalized_shape[0], num_classes)
+        self.head = nn.Linear(encoder.dim, num_classes)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.head(self.encoder(images))
 
 
-@torch.no_grad()
-def embed(encoder: nn.Module, images: torch.Tensor, batch: int = 512) -> torch.Tensor:
-    encoder.eval()
-    return torch.cat([encoder(images[i:i + batch]) for i in range(0, len(images), batch)])
+def device_of(module: nn.Module) -> torch.device:
+    return next(module.parameters()).device
+
+
+def autocast(device: torch.device):
+    """bf16 autocast on a GPU (as the official code trains), a no-op on CPU."""
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
 
 
 @torch.no_grad()
-def predict_logits(model: nn.Module, images: torch.Tensor, batch: int = 512) -> torch.Tensor:
+def batched(model: nn.Module, images: torch.Tensor, batch: int = 512) -> torch.Tensor:
+    """``model`` over ``images`` in eval mode, batch by batch on the model's device; fp32 on CPU.
+    uint8 images (the paper's) become [0, 1] floats batch by batch."""
     model.eval()
-    return torch.cat([model(images[i:i + batch]) for i in range(0, len(images), batch)])
+    device = device_of(model)
+    out = []
+    for i in range(0, len(images), batch):
+        with autocast(device):
+            out.append(model(as_float(images[i:i + batch].to(device))).float().cpu())
+    return torch.cat(out)
+
+
+def embed(encoder: nn.Module, images: torch.Tensor, batch: int = 512) -> torch.Tensor:
+    return batched(encoder, images, batch)
+
+
+def predict_logits(model: nn.Module, images: torch.Tensor, batch: int = 512) -> torch.Tensor:
+    return batched(model, images, batch)
