@@ -10,7 +10,7 @@ from components.common.config import MethodConfig, Section
 class Bench(Section):
     """The procedural OmniVCHall-like benchmark (components/tricd/video.py, benchmark.py)."""
     frames: int = 8
-    size: int = 16                     # frames are size x size RGB
+    size: int = 32                     # frames are size x size RGB (objects ~7 px wide)
     world: int = 24                    # the camera looks at a world canvas this big
     # videos per split: `pretrain` stands in for the backbone's own (biased) training data;
     # `train` / `val` / `test` are the benchmark splits (balanced), as in OmniVCHall
@@ -30,7 +30,11 @@ class Bench(Section):
 
 class Backbone(Section):
     """The toy video LLM: patch tokens + word tokens -> causal transformer -> answer token."""
-    patch: int = 8
+    patch: int = 4                     # 4x4 pixel patches ...
+    merge: int = 4                     # ... merged 4x4 into one visual token (16x16 px, 4 a frame)
+    tpatch: int = 2                    # frames per tubelet (Qwen2-VL's temporal patch size)
+    grounding_weight: float = 1.0      # vision-tower pretraining loss (token colour-shape, scene)
+    align: bool = True                 # projector adds the word embeddings of what it grounds
     d_model: int = 64
     n_layers: int = 2
     n_heads: int = 4
@@ -66,6 +70,8 @@ class Policy(Section):
     weight_decay: float = 1e-4
     grad_clip: float = 1.0
     baseline_momentum: float = 0.95
+    entropy_coef: float = 0.05         # entropy bonus on the tool decisions (not in the official
+                                       # code; the small run's router collapsed without it)
     max_epochs: int = 8
     min_epochs: int = 2
     patience: int = 2
