@@ -14,7 +14,7 @@ class Bench(Section):
     world: int = 24                    # the camera looks at a world canvas this big
     # videos per split: `pretrain` stands in for the backbone's own (biased) training data;
     # `train` / `val` / `test` are the benchmark splits (balanced), as in OmniVCHall
-    n_pretrain: int = 2000
+    n_pretrain: int = 5000             # fresh videos: with 2,000 the backbone fitted the prior only
     n_train: int = 400
     n_val: int = 150
     n_test: int = 500
@@ -38,13 +38,13 @@ class Backbone(Section):
     d_model: int = 64
     n_layers: int = 2
     n_heads: int = 4
-    steps: int = 1500
+    steps: int = 1000
     batch_size: int = 64
     lr: float = 2e-3
     weight_decay: float = 0.01
     warmup: int = 100
-    caption_batch: int = 32            # captioning pretraining videos per step
-    caption_weight: float = 1.0
+    caption_batch: int = 32            # grounding / captioning videos per step
+    caption_weight: float = 0.0        # captioning (v1) off: it doubled the step time (dev runs e, f)
     seed: int = 0                      # one frozen backbone; criteria seeds vary the policy
 
 

@@ -61,7 +61,9 @@ class ToyVLLM(nn.Module):
         self.token_px = patch * merge
         self.grid = size // self.token_px
         self.n_visual = self.token_frames * self.grid**2
-        self.patch_embed = nn.Linear(3 * patch * patch * tpatch, d_model)
+        self.patch_embed = nn.Linear(3 * patch * patch * tpatch + len(V.COLORS), d_model)
+        self.register_buffer("colours", torch.tensor(list(V.COLORS.values()), dtype=torch.float),
+                             persistent=False)
         self.merger = None if merge == 1 else nn.Sequential(
             nn.LayerNorm(merge * merge * d_model), nn.Linear(merge * merge * d_model, 2 * d_model),
             nn.GELU(), nn.Linear(2 * d_model, d_model))
@@ -95,9 +97,21 @@ class ToyVLLM(nn.Module):
         x = x.reshape(b, t // tp, tp, g, m, p, g, m, p, 3).permute(0, 1, 3, 6, 4, 7, 2, 5, 8, 9)
         return x.reshape(b, t // tp, g * g, m * m, tp * p * p * 3)
 
+    def colour_membership(self, video: torch.Tensor) -> torch.Tensor:
+        """Fixed colour-opponent front end: per tubelet patch, the mean membership of its pixels
+        in each object colour (Gaussian, sigma 40 on 0..255): (B, T', P, m*m, n_colours). Being a
+        function of the pixels, it is changed by every perturbation tool like the pixels are."""
+        dist = ((video.float().unsqueeze(-2) - self.colours) ** 2).sum(-1)   # (B, T, H, W, C)
+        member = torch.exp(-dist / (2 * 40.0 ** 2))
+        b, t, h, w, c = member.shape
+        p, m, g, tp = self.patch, self.merge, self.grid, self.tpatch
+        x = member.reshape(b, t // tp, tp, g, m, p, g, m, p, c).permute(0, 1, 3, 6, 4, 7, 2, 5, 8, 9)
+        return x.reshape(b, t // tp, g * g, m * m, tp * p * p, c).mean(-2)
+
     def encoder(self, video: torch.Tensor) -> torch.Tensor:
         """Patch embedding + merger: (B, T, H, W, 3) -> (B, T', P, d)."""
-        x = self.patch_embed(self.patches(video))                        # (B, T', P, m*m, d)
+        x = torch.cat([self.patches(video), self.colour_membership(video)], -1)
+        x = self.patch_embed(x)                                          # (B, T', P, m*m, d)
         return x.squeeze(3) if self.merger is None else self.merger(x.flatten(3))
 
     def grounding_logits(self, feats: torch.Tensor) -> torch.Tensor:
