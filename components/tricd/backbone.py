@@ -6,15 +6,17 @@ import torch
 
 from components.tricd.decode import MAX_TEXT, load_split, predict, run_pass, score
 from components.tricd.benchmark import caption
+from components.tricd import video as V
 from components.tricd.model import (CAPTION_PROMPT, ToyVLLM, answer_loss, build_vocab, caption_loss,
-                                   encode, encode_caption, trim)
+                                   encode, encode_caption, grounding_loss, trim)
 
 HELDOUT_SHARE = 0.1   # last 10% of pretrain videos: a held-out set from the biased distribution
 
 
 def make_backbone(bench, backbone) -> ToyVLLM:
     return ToyVLLM(len(build_vocab()), bench.frames, bench.size, backbone.patch, backbone.d_model,
-                   backbone.n_layers, backbone.n_heads, MAX_TEXT)
+                   backbone.n_layers, backbone.n_heads, MAX_TEXT, merge=backbone.merge,
+                   align=backbone.align, tpatch=backbone.tpatch)
 
 
 def load_backbone(path, bench, backbone) -> ToyVLLM:
@@ -53,17 +55,23 @@ def train_backbone_stage(cfg, ctx) -> None:
     index = {w: i for i, w in enumerate(build_vocab())}
     captions = torch.tensor([encode_caption(caption(p), index) for p in programs[:cut]])
     prompt = torch.tensor([encode(CAPTION_PROMPT, index, len(CAPTION_PROMPT.split()) + 1)])
+    # grounding targets of the vision tower (as a VLLM's vision encoder is pretrained first)
+    pairs = torch.from_numpy(np.stack([V.token_labels(p, cfg.bench.size, model.token_px, model.tpatch)
+                                       for p in programs[:cut]]))
+    scenes = torch.tensor([V.SCENES.index(p["scene"]) for p in programs[:cut]])
 
     def batches():
         while True:
             idx = torch.as_tensor(rng.choice(rows, size=bb.batch_size, replace=False))
             vids = torch.as_tensor(rng.choice(cut, size=bb.caption_batch, replace=False))
             yield (data.videos[data.video_idx[idx]], trim(data.text[idx]), data.target[idx],
-                   data.videos[vids], captions[vids])
+                   data.videos[vids], captions[vids], pairs[vids], scenes[vids])
 
     def loss_fn(m, batch):
-        video, text, target, cap_video, cap = batch
+        video, text, target, cap_video, cap, pair, scene = batch
         loss = answer_loss(m(video, text)[0], target)
+        if bb.grounding_weight > 0:
+            loss = loss + bb.grounding_weight * grounding_loss(m, cap_video, pair, scene)
         if bb.caption_weight > 0:
             cap = cap[:, :int((cap != 0).sum(1).max())]
             logits = m(cap_video, prompt.expand(len(cap), -1), continuation=cap)[0]
@@ -74,7 +82,8 @@ def train_backbone_stage(cfg, ctx) -> None:
 
     def eval_fn(m):
         q = run_pass(m, val.videos[val.video_idx], val.text)
-        return {"val/macro": score(val.qa, predict(q.numpy(), val.tasks))["macro"]}
+        scores = score(val.qa, predict(q.numpy(), val.tasks))
+        return {"val/macro": scores["macro"], "val/isolated_macro": isolated_macro(scores)}
 
     records = fit(model, batches(), loss_fn, steps=bb.steps, lr=bb.lr, weight_decay=bb.weight_decay,
                   warmup=bb.warmup, ctx=ctx, log_every=max(1, bb.steps // 30), eval_fn=eval_fn,
@@ -83,6 +92,20 @@ def train_backbone_stage(cfg, ctx) -> None:
     n_params = sum(p.numel() for p in model.parameters())
     ctx.write_metrics({"final_loss": records[-1]["train/loss"], "val_macro": records[-1]["val/macro"],
                        "n_params": n_params, "n_train_qa": int(len(rows))})
+
+
+def isolated_macro(scores: dict) -> float:
+    """Macro accuracy over the two isolated (single-type) tasks, S-YN and S-MC."""
+    return (scores["acc_s_yn"] + scores["acc_s_mc"]) / 2
+
+
+def yes_bias(qa, pred, biased_types, biased: bool = True) -> float:
+    """Predicted minus true "yes" rate on yes/no items that do (or do not) involve a biased type:
+    how far the model leans on the language prior it was pretrained with."""
+    yn = qa.task.str.endswith("yn").to_numpy()
+    has = np.array([any(t in biased_types for t in types) for types in qa.types])
+    rows = yn & (has if biased else ~has)
+    return float((np.asarray(pred)[rows] == "yes").mean() - (qa.answer.to_numpy()[rows] == "yes").mean())
 
 
 def eval_base_stage(cfg, ctx) -> None:
@@ -109,9 +132,16 @@ def eval_base_stage(cfg, ctx) -> None:
             # the language prior, read off the predictions: yes-rate on YN test items
             yn = data.qa.task.str.endswith("yn").to_numpy()
             results["test_pred_yes_rate"] = float((pred[yn] == "yes").mean())
+        if split == "val":   # the premises, measured on validation only
+            results["val_isolated_macro"] = isolated_macro(results["val"])
+            results["val_yes_bias_biased"] = yes_bias(data.qa, pred, cfg.bench.biased_types)
+            results["val_yes_bias_unbiased"] = yes_bias(data.qa, pred, cfg.bench.biased_types, False)
     write_json_atomic(ctx.out_dir / "metrics_base.json", results)
     ctx.write_metrics({"test_macro": results["test"]["macro"], "val_macro": results["val"]["macro"],
                        "heldout_biased_macro": results["heldout_biased"]["macro"],
                        "test_compositional": results["test"]["compositional"],
                        "test_isolated": results["test"]["isolated"],
-                       "test_pred_yes_rate": results["test_pred_yes_rate"]})
+                       "test_pred_yes_rate": results["test_pred_yes_rate"],
+                       "val_isolated_macro": results["val_isolated_macro"],
+                       "val_yes_bias_biased": results["val_yes_bias_biased"],
+                       "val_yes_bias_unbiased": results["val_yes_bias_unbiased"]})

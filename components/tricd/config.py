@@ -10,11 +10,11 @@ from components.common.config import MethodConfig, Section
 class Bench(Section):
     """The procedural OmniVCHall-like benchmark (components/tricd/video.py, benchmark.py)."""
     frames: int = 8
-    size: int = 16                     # frames are size x size RGB
+    size: int = 32                     # frames are size x size RGB (objects ~7 px wide)
     world: int = 24                    # the camera looks at a world canvas this big
     # videos per split: `pretrain` stands in for the backbone's own (biased) training data;
     # `train` / `val` / `test` are the benchmark splits (balanced), as in OmniVCHall
-    n_pretrain: int = 2000
+    n_pretrain: int = 5000             # fresh videos: with 2,000 the backbone fitted the prior only
     n_train: int = 400
     n_val: int = 150
     n_test: int = 500
@@ -30,17 +30,21 @@ class Bench(Section):
 
 class Backbone(Section):
     """The toy video LLM: patch tokens + word tokens -> causal transformer -> answer token."""
-    patch: int = 8
+    patch: int = 4                     # 4x4 pixel patches ...
+    merge: int = 4                     # ... merged 4x4 into one visual token (16x16 px, 4 a frame)
+    tpatch: int = 2                    # frames per tubelet (Qwen2-VL's temporal patch size)
+    grounding_weight: float = 1.0      # vision-tower pretraining loss (token colour-shape, scene)
+    align: bool = True                 # projector adds the word embeddings of what it grounds
     d_model: int = 64
     n_layers: int = 2
     n_heads: int = 4
-    steps: int = 1500
+    steps: int = 1000
     batch_size: int = 64
     lr: float = 2e-3
     weight_decay: float = 0.01
     warmup: int = 100
-    caption_batch: int = 32            # captioning pretraining videos per step
-    caption_weight: float = 1.0
+    caption_batch: int = 32            # grounding / captioning videos per step
+    caption_weight: float = 0.0        # captioning (v1) off: it doubled the step time (dev runs e, f)
     seed: int = 0                      # one frozen backbone; criteria seeds vary the policy
 
 
@@ -66,6 +70,8 @@ class Policy(Section):
     weight_decay: float = 1e-4
     grad_clip: float = 1.0
     baseline_momentum: float = 0.95
+    entropy_coef: float = 0.05         # entropy bonus on the tool decisions (not in the official
+                                       # code; the small run's router collapsed without it)
     max_epochs: int = 8
     min_epochs: int = 2
     patience: int = 2

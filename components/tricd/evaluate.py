@@ -54,8 +54,7 @@ def evaluate_stage(cfg, ctx) -> None:
     caches = {}
     for split in ("val", "test"):
         data = load_split(bench_dir, split)
-        caches[split] = (data, build_cache(backbone, data, load_torch(f"{sal_dir}/{split}_saliency.pt"),
-                                           cfg.backbone.patch))
+        caches[split] = (data, build_cache(backbone, data, load_torch(f"{sal_dir}/{split}_saliency.pt")))
 
     def run(cache, masks, beta, a1, a2, q_p=None):
         rows = np.arange(len(cache.text))
@@ -111,5 +110,8 @@ def evaluate_stage(cfg, ctx) -> None:
     metrics.update({f"{v}_isolated": results[v]["isolated"] for v in ("base", "vcd", "tricd")})
     metrics.update({"temporal_tool_rate_temporal": router["temporal_tool_rate_temporal"],
                     "temporal_tool_rate_attribute": router["temporal_tool_rate_attribute"],
-                    "router_n_tools": router["n_tools_mean"], "beta_mean": router["beta_mean"]})
+                    "router_n_tools": router["n_tools_mean"], "beta_mean": router["beta_mean"],
+                    "router_zero_tool_share": router["zero_tool_share"],
+                    "router_all_tools_share": float(masks.all(1).mean()),
+                    **{f"router_freq_{t}": f for t, f in router["freq"].items()}})
     ctx.write_metrics(metrics)

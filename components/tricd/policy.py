@@ -112,13 +112,14 @@ class Cache:
     w_v: torch.Tensor
 
 
-def build_cache(backbone, split, saliency: dict, patch: int) -> Cache:
+def build_cache(backbone, split, saliency: dict) -> Cache:
     videos = split.videos[split.video_idx].float()
     q_o, hidden = run_pass(backbone, videos, split.text, hidden=True)
     n = len(split.text)     # hidden layout: [question words][visual tokens][<ans>]
     pad = torch.cat([split.text[:, :-1] == 0, torch.zeros(n, backbone.n_visual + 1, dtype=torch.bool)], dim=1)
-    w_m = pool_to_tokens(saliency["motion"].float(), patch)[split.video_idx]
-    w_v = pool_to_tokens(saliency["visual"].float(), patch)[split.video_idx]
+    # saliency pooled to the visual-token grid (the official code pools to the merged tokens)
+    w_m = pool_to_tokens(saliency["motion"].float(), backbone.token_px, backbone.tpatch)[split.video_idx]
+    w_v = pool_to_tokens(saliency["visual"].float(), backbone.token_px, backbone.tpatch)[split.video_idx]
     return Cache(videos, split.text, split.tasks, split.qa.answer.to_numpy(), q_o, hidden, pad, w_m, w_v)
 
 
@@ -190,6 +191,19 @@ def bernoulli_logp(probs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
     return (actions * probs.log() + (1 - actions) * (1 - probs).log()).sum(-1)
 
 
+def bernoulli_entropy(probs: torch.Tensor) -> torch.Tensor:
+    """Mean entropy (nats) of the per-tool Bernoulli decisions, (B, n_tools) -> scalar."""
+    return -(probs * probs.log() + (1 - probs) * (1 - probs).log()).mean()
+
+
+def policy_loss(logp: torch.Tensor, probs: torch.Tensor, reward: np.ndarray, state: dict, pcfg) -> torch.Tensor:
+    """REINFORCE with the EMA baseline, minus an entropy bonus on the tool decisions: the bonus
+    keeps the tool probabilities away from 0 / 1 (without it the last small run's router
+    collapsed to "no tool" or "all tools" within one epoch)."""
+    loss = reinforce_loss(logp, reward, state, pcfg.baseline_momentum)
+    return loss - pcfg.entropy_coef * bernoulli_entropy(probs)
+
+
 def reinforce_epoch(backbone, policy: Policy, cache: Cache, opt, pcfg, rng: np.random.Generator,
                     gen: torch.Generator, state: dict, ctx=None, step0: int = 0) -> int:
     """One pass over the training cache; returns the number of optimiser steps taken."""
@@ -211,7 +225,7 @@ def reinforce_epoch(backbone, policy: Policy, cache: Cache, opt, pcfg, rng: np.r
             q_p = positive_logits(backbone, cache, rows, beta)
             q = calibrate(cache.q_o[rows], q_p, q_n, pcfg.a1, pcfg.a2)
             reward = np.where(predict(q.numpy(), cache.tasks[rows]) == cache.answers[rows], 1.0, -1.0)
-        loss = reinforce_loss(logp_router + logp_gater, reward, state, pcfg.baseline_momentum)
+        loss = policy_loss(logp_router + logp_gater, probs, reward, state, pcfg)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(policy.parameters(), pcfg.grad_clip)
@@ -219,6 +233,7 @@ def reinforce_epoch(backbone, policy: Policy, cache: Cache, opt, pcfg, rng: np.r
         steps += 1
         if ctx is not None:
             ctx.log_metrics({"policy/reward": float(reward.mean()), "policy/n_tools": float(actions.sum(1).mean()),
+                             "policy/entropy": float(bernoulli_entropy(probs.detach())),
                              "policy/beta": float(mu.detach().mean()), "policy/baseline": state["baseline"]},
                             step=step0 + steps)
     policy.eval()
@@ -239,8 +254,8 @@ def train_policy_stage(cfg, ctx) -> None:
     backbone = load_backbone(ctx.inputs["train_backbone"] / "backbone.pt", cfg.bench, cfg.backbone)
     train = load_split(bench_dir, "train", limit=p.train_limit)
     val = load_split(bench_dir, "val", limit=p.val_limit)
-    train_cache = build_cache(backbone, train, load_torch(f"{sal_dir}/train_saliency.pt"), cfg.backbone.patch)
-    val_cache = build_cache(backbone, val, load_torch(f"{sal_dir}/val_saliency.pt"), cfg.backbone.patch)
+    train_cache = build_cache(backbone, train, load_torch(f"{sal_dir}/train_saliency.pt"))
+    val_cache = build_cache(backbone, val, load_torch(f"{sal_dir}/val_saliency.pt"))
     policy = Policy(backbone, p.d_router, p.n_queries)
     opt = torch.optim.AdamW(policy.parameters(), lr=p.lr, weight_decay=p.weight_decay)
     state, steps, curve = {"baseline": 0.0}, 0, []
@@ -263,8 +278,10 @@ def train_policy_stage(cfg, ctx) -> None:
     policy.load_state_dict(best_state)
     save_torch(ctx.out_dir / "policy.pt", best_state)
     write_table(ctx.out_dir / "train_curve.parquet", {k: [c[k] for c in curve] for k in curve[0]})
+    best_epoch = max(curve, key=lambda c: c["val_macro"])   # the kept policy's tool choices on val
     ctx.write_metrics({"best_val_macro": best, "epochs": len(curve), "updates": steps,
-                       "val_base_macro": _base_macro(val_cache)})
+                       "val_base_macro": _base_macro(val_cache),
+                       **{f"val_{k}": v for k, v in best_epoch.items() if k.startswith("freq_")}})
 
 
 def _base_macro(cache: Cache) -> float:

@@ -38,6 +38,9 @@ def criteria(per_seed: list[dict]) -> dict:
     gap = float(np.mean(temporal) - np.mean(attribute))
     out.update({"C4_rate_temporal": float(np.mean(temporal)), "C4_rate_attribute": float(np.mean(attribute)),
                 "C4_gap": gap, "C4_pass": bool(gap >= C4_GAP)})
+    # the tool-choice distribution of each seed's router on test (collapse shows up here)
+    out["router_freq_per_seed"] = [r["router"]["freq"] for r in per_seed]
+    out["router_zero_tool_share_per_seed"] = [r["router"]["zero_tool_share"] for r in per_seed]
     return out
 
 
@@ -93,6 +96,7 @@ def report_stage(cfg, ctx) -> None:
     metrics.update({"c1_gain": crit["C1_tricd_minus_base"], "c2_gain": crit["C2_tricd_minus_vcd"],
                     "c3_gain": crit["C3_tricd_minus_random_router"], "c4_gap": crit["C4_gap"]})
     metrics.update({f"{v}_macro": table[v]["macro"] for v in VARIANTS})
+    metrics["router_zero_tool_share"] = float(np.mean(crit["router_zero_tool_share_per_seed"]))
     metrics.update({"base_compositional": table["base"]["compositional"],
                     "tricd_compositional": table["tricd"]["compositional"],
                     "base_isolated": table["base"]["isolated"], "tricd_isolated": table["tricd"]["isolated"]})

@@ -67,11 +67,12 @@ def spectral_residual(videos: np.ndarray, smooth: float = 1.0) -> np.ndarray:
     return ((sal - lo) / (hi - lo + 1e-12)).astype(np.float32)
 
 
-def pool_to_tokens(sal: torch.Tensor, patch: int) -> torch.Tensor:
-    """(N, T, H, W) -> (N, T, P) by average pooling over each patch (row-major like the model)."""
+def pool_to_tokens(sal: torch.Tensor, patch: int, tpatch: int = 1) -> torch.Tensor:
+    """(N, T, H, W) -> (N, T // tpatch, P) by average pooling over each token's pixels and
+    frames (row-major like the model)."""
     n, t, h, w = sal.shape
     pooled = F.avg_pool2d(sal.reshape(n * t, 1, h, w).float(), patch)
-    return pooled.reshape(n, t, -1)
+    return pooled.reshape(n, t // tpatch, tpatch, -1).mean(2)
 
 
 def token_weights(w_m: torch.Tensor, w_v: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:

@@ -89,8 +89,15 @@ def visible(obj: dict, t: int) -> bool:
     return True
 
 
+def view_side(world: int) -> int:
+    """World pixels a still camera sees (two thirds of the world, so pans have room to move);
+    the crop is resampled to the frame size, so frames of any size show the same view."""
+    return round(2 * world / 3)
+
+
 def camera_window(camera: str, t: int, frames: int, world: int, size: int) -> tuple[float, float, float]:
-    """(x, y, side) of the camera crop in world pixels at frame t."""
+    """(x, y, side) of the camera crop in world pixels at frame t; ``size`` is the still view's
+    side in world pixels (``view_side(world)``, not the frame size)."""
     centre = (world - size) / 2
     progress = t / max(1, frames - 1)
     span = world - size
@@ -125,7 +132,7 @@ def render(program: dict, size: int) -> np.ndarray:
     grid = (np.arange(size) + 0.5) / size
     for t in range(frames):
         canvas = render_world(program, t)
-        x, y, side = camera_window(program["camera"], t, frames, world, size)
+        x, y, side = camera_window(program["camera"], t, frames, world, view_side(world))
         cols = np.clip((x + grid * side).astype(int), 0, world - 1)   # nearest-neighbour crop
         rows = np.clip((y + grid * side).astype(int), 0, world - 1)
         out[t] = np.clip(canvas[rows][:, cols], 0, 255).astype(np.uint8)
@@ -137,3 +144,32 @@ def mean_position(obj: dict, frames: int, world: int) -> tuple[float, float]:
     pts = [object_position(obj, t, world) for t in range(frames) if visible(obj, t)]
     xs, ys = zip(*pts)
     return sum(xs) / len(xs) + OBJ / 2, sum(ys) / len(ys) + OBJ / 2
+
+
+PAIRS = tuple((c, s) for c in COLORS for s in SHAPES)   # 12 colour-shape classes
+
+
+def frame_centre(program: dict, obj: dict, t: int, size: int) -> tuple[float, float]:
+    """Centre of the object in frame pixels at frame t (may lie outside the frame)."""
+    x, y = object_position(obj, t, program["world"])
+    world = program["world"]
+    cx, cy, side = camera_window(program["camera"], t, program["frames"], world, view_side(world))
+    return (x + OBJ / 2 - cx) / side * size, (y + OBJ / 2 - cy) / side * size
+
+
+def token_labels(program: dict, size: int, token_px: int, tpatch: int = 1) -> np.ndarray:
+    """(T // tpatch, P, 12 + 5) multi-hot: which colour-shape objects are visible with their
+    centre inside each visual token's region in any of its ``tpatch`` frames, and their motions
+    (grounding targets of the vision tower's pretraining)."""
+    grid = size // token_px
+    out = np.zeros((program["frames"], grid * grid, len(PAIRS) + len(MOTIONS)), np.float32)
+    for t in range(program["frames"]):
+        for obj in program["objects"]:
+            if not visible(obj, t):
+                continue
+            fx, fy = frame_centre(program, obj, t, size)
+            if 0 <= fx < size and 0 <= fy < size:
+                cell = int(fy // token_px) * grid + int(fx // token_px)
+                out[t, cell, PAIRS.index((obj["color"], obj["shape"]))] = 1.0
+                out[t, cell, len(PAIRS) + MOTIONS.index(obj["motion"])] = 1.0
+    return out.reshape(program["frames"] // tpatch, tpatch, grid * grid, -1).max(1)
