@@ -21,7 +21,7 @@ METHOD = Method(
         Stage("fit_codec", f"{M}.codec:fit_codec_stage",
               params=("codec", "regions", "distortion", "seeds"), deps=("load_images", "saliency"),
               fan_out={"loss": "codec.losses", "seed": "seeds"},
-              resources=Resources(num_cpus=1),
+              resources=Resources(num_cpus=1, num_gpus={"paper": 1}),
               description="Per (loss, seed): overfit one codec per crop and lambda; arithmetic-coded bitstreams"),
         Stage("decode", f"{M}.codec:decode_stage", deps=("fit_codec",),
               description="Decode every bitstream from its bytes; bit-exact check"),

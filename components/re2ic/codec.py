@@ -17,12 +17,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from components.common.devices import resolve_device
 from components.common.io import read_bytes, write_bytes_atomic, write_json_atomic
 from components.common.seeds import seed_everything
 from components.common.train import fit
 from components.re2ic import coder
 from components.re2ic.images import blocks_to_pixels
-from components.re2ic.wd import RandomFeatures, WDToTarget
+from components.re2ic.features import make_features
+from components.re2ic.wd import WDToTarget
 
 _HEADER = struct.Struct("<HHBBBBBib")  # H, W, levels, hidden, noise ch, regions, block, seed, wstep
 
@@ -88,7 +90,7 @@ def make_distortion(loss: str, target: torch.Tensor, log2_sigma: torch.Tensor,
                     log2_sigma_uniform: torch.Tensor, dcfg):
     if loss == "mse":
         return lambda x_hat: (x_hat - target).square().mean()
-    features = RandomFeatures(dcfg.feature_seed, dcfg.feature_width)
+    features = make_features(dcfg).to(target.device)
     with torch.no_grad():
         target_feats = features(target)
     if loss in ("wd", "wd_uniform"):
@@ -204,17 +206,23 @@ def fit_one(rgb: np.ndarray, regions: dict, name: str, loss: str, lam: float, se
     (from the quantised integers, as the decoder will see it) and a log record."""
     seed_everything(seed)
     ccfg, block = cfg.codec, cfg.regions.block
-    target = torch.from_numpy(rgb).permute(2, 0, 1)[None]
+    device = resolve_device(ccfg.device)     # training only: coding and decoding run on CPU
+
+    def tensor(array, dtype=None):
+        return torch.from_numpy(np.ascontiguousarray(array, dtype=dtype)).to(device)
+
+    target = tensor(rgb).permute(2, 0, 1)[None]
     blocks = regions[f"{name}/blocks"]
-    region_px = torch.from_numpy(blocks_to_pixels(blocks, block).astype(np.int64))[None, None]
-    sigma = torch.from_numpy(regions[f"{name}/log2_sigma"])[None, None]
-    sigma_u = torch.from_numpy(regions[f"{name}/log2_sigma_uniform"])[None, None]
+    region_px = tensor(blocks_to_pixels(blocks, block), np.int64)[None, None]
+    sigma = tensor(regions[f"{name}/log2_sigma"])[None, None]
+    sigma_u = tensor(regions[f"{name}/log2_sigma_uniform"])[None, None]
     distortion = make_distortion(loss, target, sigma, sigma_u, cfg.distortion)
     h, w = rgb.shape[:2]
-    model = Re2ICCodec(h, w, ccfg.latent_levels, ccfg.hidden, ccfg.noise_channels)
-    noise = common_noise(noise_seed, ccfg.noise_channels, (h, w))
+    model = Re2ICCodec(h, w, ccfg.latent_levels, ccfg.hidden, ccfg.noise_channels).to(device)
+    noise = common_noise(noise_seed, ccfg.noise_channels, (h, w)).to(device)
     start = time.time()
     records = train_codec(model, distortion, region_px, noise, lam, ccfg, ctx, prefix)
+    model = model.cpu()
     data, parts = write_bitstream(model, blocks, block, noise_seed, ccfg.weight_step_log2)
     recon = reconstruct(model, parts["latents"], parts["weights"], ccfg.weight_step_log2,
                         blocks, block, noise_seed)

@@ -11,7 +11,8 @@ from scipy import ndimage, stats
 from components.common.io import read_json, write_json_atomic, write_table
 from components.re2ic.codec import macs_per_pixel
 from components.re2ic.images import blocks_to_pixels
-from components.re2ic.wd import RandomFeatures, haar_dwt, multi_wd, wavelet_wd
+from components.re2ic.features import make_features
+from components.re2ic.wd import haar_dwt, multi_wd, wavelet_wd
 
 
 def _t(rgb: np.ndarray) -> torch.Tensor:
@@ -30,7 +31,7 @@ def ssim(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def perceptual_distances(a, b, log2_sigma, dcfg) -> dict[str, float]:
-    feats = RandomFeatures(dcfg.feature_seed, dcfg.feature_width)
+    feats = make_features(dcfg).cpu()
     sigma = torch.from_numpy(np.asarray(log2_sigma, dtype=np.float32))[None, None]
     with torch.no_grad():
         fa, fb = feats(_t(a)), feats(_t(b))

@@ -204,8 +204,10 @@ class RandomFeatures(torch.nn.Module):
     def __init__(self, seed: int = 1234, width: int = 8) -> None:
         super().__init__()
         gen = torch.Generator().manual_seed(seed)
-        self.w1 = torch.randn(width, 3, 3, 3, generator=gen) * math.sqrt(2 / 27)
-        self.w2 = torch.randn(2 * width, width, 3, 3, generator=gen) * math.sqrt(2 / (9 * width))
+        # buffers, so that .to(device) moves them
+        self.register_buffer("w1", torch.randn(width, 3, 3, 3, generator=gen) * math.sqrt(2 / 27))
+        self.register_buffer("w2", torch.randn(2 * width, width, 3, 3, generator=gen)
+                             * math.sqrt(2 / (9 * width)))
 
     def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
         h1 = F.relu(F.conv2d(x - 0.5, self.w1, padding=1))
