@@ -17,12 +17,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from components.common.devices import resolve_device
 from components.common.io import read_bytes, write_bytes_atomic, write_json_atomic
 from components.common.seeds import seed_everything
 from components.common.train import fit
 from components.re2ic import coder
 from components.re2ic.images import blocks_to_pixels
-from components.re2ic.wd import RandomFeatures, multi_wd, wavelet_wd
+from components.re2ic.features import make_features
+from components.re2ic.wd import WDToTarget
 
 _HEADER = struct.Struct("<HHBBBBBib")  # H, W, levels, hidden, noise ch, regions, block, seed, wstep
 
@@ -53,8 +55,11 @@ class Re2ICCodec(nn.Module):
                F.interpolate(y, size=self.size, mode="bilinear", align_corners=False)
                for y in latents]
         h = self.synth_in(torch.cat(ups + [noise], 1))
-        film = self.region_film[regions[0, 0]]              # (H, W, 2, hidden)
-        gamma, beta = film[..., 0, :].permute(2, 0, 1), film[..., 1, :].permute(2, 0, 1)
+        # per-region scale/shift as one-hot @ table: a matmul, far cheaper to differentiate
+        # than gathering a (H, W, 2, hidden) tensor
+        one_hot = F.one_hot(regions[0, 0], self.region_film.shape[0]).to(h.dtype)   # (H, W, R)
+        film = (one_hot @ self.region_film.flatten(1)).permute(2, 0, 1)            # (2*hidden, H, W)
+        gamma, beta = film[:h.shape[1]], film[h.shape[1]:]
         h = F.relu(h * (1 + gamma) + beta)
         out = self.synth_out(h)
         return out + self.refine(out)
@@ -85,23 +90,25 @@ def make_distortion(loss: str, target: torch.Tensor, log2_sigma: torch.Tensor,
                     log2_sigma_uniform: torch.Tensor, dcfg):
     if loss == "mse":
         return lambda x_hat: (x_hat - target).square().mean()
-    features = RandomFeatures(dcfg.feature_seed, dcfg.feature_width)
+    features = make_features(dcfg).to(target.device)
     with torch.no_grad():
         target_feats = features(target)
     if loss in ("wd", "wd_uniform"):
         sigma = log2_sigma if loss == "wd" else log2_sigma_uniform
-        return lambda x_hat: multi_wd(features(x_hat), target_feats, sigma, dcfg.num_levels)
-    if loss == "wawd":
-        return lambda x_hat: wavelet_wd(features(x_hat), target_feats, log2_sigma,
-                                        dcfg.band_weights, dcfg.num_levels)
-    raise ValueError(f"unknown loss {loss!r} (mse, wd, wawd, wd_uniform)")
+        to_target = WDToTarget(target_feats, sigma, dcfg.num_levels)
+    elif loss == "wawd":
+        to_target = WDToTarget(target_feats, log2_sigma, dcfg.num_levels, dcfg.band_weights)
+    else:
+        raise ValueError(f"unknown loss {loss!r} (mse, wd, wawd, wd_uniform)")
+    return lambda x_hat: to_target(features(x_hat))
 
 
 def common_noise(seed: int, channels: int, size) -> torch.Tensor:
     return torch.randn(1, channels, *size, generator=torch.Generator().manual_seed(seed))
 
 
-def train_codec(model: Re2ICCodec, distortion, regions, noise, lam: float, ccfg, ctx=None):
+def train_codec(model: Re2ICCodec, distortion, regions, noise, lam: float, ccfg, ctx=None,
+                prefix: str = "fit"):
     """rate (bpp) + lambda * D. First a uniform-noise proxy of rounding, then
     straight-through rounding so the latents settle on what will be coded."""
     pixels = model.size[0] * model.size[1]
@@ -116,7 +123,7 @@ def train_codec(model: Re2ICCodec, distortion, regions, noise, lam: float, ccfg,
 
     return fit(model, itertools.count(), loss_fn, steps=ccfg.iterations, lr=ccfg.lr,
                optimizer=torch.optim.Adam(model.parameters(), lr=ccfg.lr), grad_clip=None,
-               ctx=ctx, log_every=50, prefix="fit")
+               ctx=ctx, log_every=ccfg.log_every, prefix=prefix)
 
 
 # ---- bitstream ----------------------------------------------------------------------
@@ -193,38 +200,67 @@ def reconstruct(model: Re2ICCodec, latents, weights: np.ndarray, weight_step_log
 
 # ---- stages --------------------------------------------------------------------------
 
+def fit_one(rgb: np.ndarray, regions: dict, name: str, loss: str, lam: float, seed: int,
+            noise_seed: int, cfg, ctx=None, prefix: str = "fit") -> tuple[bytes, np.ndarray, dict]:
+    """Overfit one codec to one crop; returns its bitstream, the encoder-side reconstruction
+    (from the quantised integers, as the decoder will see it) and a log record."""
+    seed_everything(seed)
+    ccfg, block = cfg.codec, cfg.regions.block
+    device = resolve_device(ccfg.device)     # training only: coding and decoding run on CPU
+
+    def tensor(array, dtype=None):
+        return torch.from_numpy(np.ascontiguousarray(array, dtype=dtype)).to(device)
+
+    target = tensor(rgb).permute(2, 0, 1)[None]
+    blocks = regions[f"{name}/blocks"]
+    region_px = tensor(blocks_to_pixels(blocks, block), np.int64)[None, None]
+    sigma = tensor(regions[f"{name}/log2_sigma"])[None, None]
+    sigma_u = tensor(regions[f"{name}/log2_sigma_uniform"])[None, None]
+    distortion = make_distortion(loss, target, sigma, sigma_u, cfg.distortion)
+    h, w = rgb.shape[:2]
+    model = Re2ICCodec(h, w, ccfg.latent_levels, ccfg.hidden, ccfg.noise_channels).to(device)
+    noise = common_noise(noise_seed, ccfg.noise_channels, (h, w)).to(device)
+    start = time.time()
+    records = train_codec(model, distortion, region_px, noise, lam, ccfg, ctx, prefix)
+    model = model.cpu()
+    data, parts = write_bitstream(model, blocks, block, noise_seed, ccfg.weight_step_log2)
+    recon = reconstruct(model, parts["latents"], parts["weights"], ccfg.weight_step_log2,
+                        blocks, block, noise_seed)
+    log = {"bits": 8 * len(data), "bpp": 8 * len(data) / (h * w),
+           "final_loss": records[-1][f"{prefix}/loss"], "fit_seconds": time.time() - start,
+           "curve": [r[f"{prefix}/loss"] for r in records],
+           **{k: v for k, v in parts.items() if k not in ("latents", "weights")}}
+    return data, recon, log
+
+
 def fit_codec_stage(cfg, ctx) -> None:
+    """One item = one (loss, seed): every crop (test and validation) at every lambda of the
+    loss, so that an item's rate-distortion curves share one seed."""
     torch.set_num_threads(1)
-    loss, lam, seed = ctx.item["loss"], float(ctx.item["lam"]), int(ctx.item["seed"])
+    loss, seed = ctx.item["loss"], int(ctx.item["seed"])
     crops = dict(np.load(ctx.inputs["load_images"] / "images.npz"))
     regions = dict(np.load(ctx.inputs["saliency"] / "regions.npz"))
-    ccfg, block = cfg.codec, cfg.regions.block
-    log = {}
-    for i, (name, rgb) in enumerate(crops.items()):
-        seed_everything(seed)
-        target = torch.from_numpy(rgb).permute(2, 0, 1)[None]
-        blocks = regions[f"{name}/blocks"]
-        region_px = torch.from_numpy(blocks_to_pixels(blocks, block).astype(np.int64))[None, None]
-        sigma = torch.from_numpy(regions[f"{name}/log2_sigma"])[None, None]
-        sigma_u = torch.from_numpy(regions[f"{name}/log2_sigma_uniform"])[None, None]
-        distortion = make_distortion(loss, target, sigma, sigma_u, cfg.distortion)
-        h, w = rgb.shape[:2]
-        model = Re2ICCodec(h, w, ccfg.latent_levels, ccfg.hidden, ccfg.noise_channels)
-        noise_seed = seed * 1000 + i
-        noise = common_noise(noise_seed, ccfg.noise_channels, (h, w))
-        start = time.time()
-        records = train_codec(model, distortion, region_px, noise, lam, ccfg, ctx)
-        data, parts = write_bitstream(model, blocks, block, noise_seed, ccfg.weight_step_log2)
-        write_bytes_atomic(ctx.out_dir / f"{name}.bin", data)
-        recon = reconstruct(model, parts["latents"], parts["weights"], ccfg.weight_step_log2,
-                            blocks, block, noise_seed)
-        np.save(ctx.out_dir / f"{name}_encoder_recon.npy", recon)
-        log[name] = {"bits": 8 * len(data), "bpp": 8 * len(data) / (h * w),
-                     "final_loss": records[-1]["fit/loss"], "fit_seconds": time.time() - start,
-                     **{k: v for k, v in parts.items() if k not in ("latents", "weights")}}
-        ctx.progress(i + 1, len(crops), f"{name}: {log[name]['bpp']:.3f} bpp")
+    lambdas = cfg.codec.lambdas[loss]
+    log, jobs = {}, [(i, name, lam) for i, name in enumerate(crops) for lam in lambdas]
+    for done, (i, name, lam) in enumerate(jobs, 1):
+        data, recon, record = fit_one(crops[name], regions, name, loss, float(lam), seed,
+                                      noise_seed=seed * 1000 + i, cfg=cfg, ctx=ctx,
+                                      prefix=f"fit/{name}/lam{lam:g}")
+        stem = f"{name}__lam{lam:g}"
+        write_bytes_atomic(ctx.out_dir / f"{stem}.bin", data)
+        np.save(ctx.out_dir / f"{stem}_encoder_recon.npy", recon)
+        log[stem] = {"image": name, "lam": float(lam), **record}
+        ctx.progress(done, len(jobs), f"{stem}: {record['bpp']:.3f} bpp")
     write_json_atomic(ctx.out_dir / "fit_log.json", log)
-    ctx.write_metrics({"mean_bpp": float(np.mean([v["bpp"] for v in log.values()]))})
+    ctx.write_metrics({"mean_bpp": float(np.mean([v["bpp"] for v in log.values()])),
+                       "max_final_loss_change": max(_tail_change(v["curve"]) for v in log.values())})
+
+
+def _tail_change(curve: list[float]) -> float:
+    """Relative change of the logged loss over the last fifth of the fit: a convergence
+    check (small = the fit had flattened out)."""
+    k = max(1, len(curve) // 5)
+    return float(abs(curve[-1 - k] - curve[-1]) / max(abs(curve[-1]), 1e-12))
 
 
 def decode_stage(cfg, ctx) -> None:

@@ -2,6 +2,8 @@
 saliency-driven region partition and sigma maps."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 from scipy import ndimage
 
@@ -30,22 +32,66 @@ SOURCES = {
 
 
 def load_crop(name: str, top: int, left: int, size: int) -> np.ndarray:
+    """A size x size crop of a bundled photo at (top, left). An origin that would make the
+    crop leave the photo is moved inwards (so any spec works at any size that fits, e.g. the
+    512^2 astronaut); a photo smaller than size is an error."""
     image = np.asarray(SOURCES[name]())[..., :3]
-    crop = image[top:top + size, left:left + size]
-    if crop.shape[:2] != (size, size):
-        raise ValueError(f"crop {name}@({top},{left}) of size {size} leaves the {image.shape} image")
-    return crop.astype(np.float32) / 255.0
+    h, w = image.shape[:2]
+    if size > min(h, w):
+        raise ValueError(f"no {size}x{size} crop fits the {h}x{w} photo {name!r} "
+                         f"(images.size must be <= {min(h, w)})")
+    top, left = min(max(top, 0), h - size), min(max(left, 0), w - size)
+    return image[top:top + size, left:left + size].astype(np.float32) / 255.0
+
+
+def parse_crop(spec: str) -> tuple[str, int, int]:
+    name, top, left = spec.split(":")
+    return name, int(top), int(left)
+
+
+def crop_id(spec: str) -> str:
+    """"china:200:300" -> "china_200_300" (a file- and key-safe name)."""
+    return spec.replace(":", "_")
+
+
+def load_folder_image(path: Path, size: int) -> np.ndarray:
+    """An RGB image file: the centre size x size crop, or (size 0) the whole image trimmed to
+    multiples of 16 (the region blocks and the Haar transform need even block-aligned sides)."""
+    from PIL import Image
+    rgb = np.asarray(Image.open(path).convert("RGB"), dtype=np.float32) / 255.0
+    h, w = rgb.shape[:2]
+    th, tw = (size, size) if size else (h - h % 16, w - w % 16)
+    if th > h or tw > w or th == 0 or tw == 0:
+        raise ValueError(f"{path}: a {th}x{tw} crop does not fit the {h}x{w} image (images.size)")
+    top, left = (h - th) // 2, (w - tw) // 2
+    return rgb[top:top + th, left:left + tw]
+
+
+def _bundled_splits(im) -> tuple[dict, dict]:
+    splits = {"test": list(im.crops), "validation": list(im.validation_crops)}
+    crops = {crop_id(spec): load_crop(*parse_crop(spec), im.size)
+             for specs in splits.values() for spec in specs}
+    return crops, {k: [crop_id(s) for s in v] for k, v in splits.items()}
+
+
+def _folder_splits(im) -> tuple[dict, dict]:
+    files = sorted(Path(im.root).expanduser().glob(im.pattern))
+    crops = {f.stem: load_folder_image(f, im.size) for f in files}
+    validation = [Path(n).stem for n in im.validation_files]
+    return crops, {"test": [n for n in crops if n not in validation], "validation": validation}
 
 
 def load_images_stage(cfg, ctx) -> None:
-    crops = {}
-    for spec in cfg.images.crops:
-        name, top, left = spec.split(":")[0], *map(int, spec.split(":")[1:])
-        crops[name] = load_crop(name, top, left, cfg.images.size)
+    """Test images and validation images (the latter only for calibration and premise
+    checks): bundled photo crops (embedded profiles) or a user's folder (paper: Kodak, CLIC)."""
+    im = cfg.images
+    crops, splits = (_folder_splits if im.source == "folder" else _bundled_splits)(im)
+    if len(crops) != sum(map(len, splits.values())) or not splits["test"]:
+        raise ValueError(f"images must be distinct and include test images: {splits}")
     np.savez(ctx.out_dir / "images.npz", **crops)
-    write_json_atomic(ctx.out_dir / "images.json", {"crops": list(cfg.images.crops),
-                                                    "size": cfg.images.size})
-    ctx.write_metrics({"n_images": len(crops), "size": cfg.images.size})
+    write_json_atomic(ctx.out_dir / "images.json", {"size": im.size, **splits})
+    ctx.write_metrics({"n_images": len(crops), "n_validation": len(splits["validation"]),
+                       "size": im.size})
 
 
 def spectral_residual_saliency(rgb: np.ndarray, blur: float) -> np.ndarray:

@@ -12,7 +12,8 @@ from flows.runtime.testing import run_in_temp_project
 def test_re2ic_smoke_end_to_end(tmp_path):
     result = run_in_temp_project("re2ic", tmp_path / "proj", profile="smoke")
     decode = result.metrics("re2ic", "decode")
-    assert decode["n_decoded"] == 2 and decode["all_bit_exact"] == 1.0
+    # 2 losses x (1 test + 1 validation crop) x 1 lambda x 1 seed
+    assert decode["n_decoded"] == 4 and decode["all_bit_exact"] == 1.0
     metrics = result.metrics("re2ic", "evaluate")
     assert metrics["all_bit_exact"] == 1.0
     assert 0.05 < metrics["mean_bpp"] < 24
@@ -20,8 +21,12 @@ def test_re2ic_smoke_end_to_end(tmp_path):
     for loss in ("mse", "wawd"):
         assert 5 < metrics[f"mean_psnr_{loss}"] < 60
         assert math.isfinite(metrics[f"mean_wd_{loss}"]) and metrics[f"mean_wd_{loss}"] >= 0
-    assert -1 <= metrics["min_spearman_wawd"] <= 1
+    assert -1 <= metrics["c_min_spearman_wawd"] <= 1
+    # the premise quantities are measured on the validation crop
+    assert metrics["val_wawd_objective_ratio"] > 0 and 0 <= metrics["val_max_hf_ratio_mse"]
+    assert math.isfinite(metrics["max_fit_tail_change"])
     out = result.out("re2ic", "evaluate")
     assert (out / "claims.json").is_file()
     assert (out / "rate_distortion.png").stat().st_size > 1000
+    assert (out / "fit_curves.png").stat().st_size > 1000
     assert (out / "metrics.parquet").is_file()

@@ -1,0 +1,93 @@
+"""Unit tests of the re2ic pipeline pieces: crops, the fast WD-to-target, region modulation,
+and the premise / matched-rate bookkeeping of the evaluation."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from components.re2ic.codec import Re2ICCodec, _tail_change
+from components.re2ic.evaluate import compare_at_matched_rate, parse_decoded_key, premise_checks
+from components.re2ic.images import crop_id, load_crop
+from components.re2ic.wd import RandomFeatures, WDToTarget, multi_wd, wavelet_wd
+
+BANDS = {"LL": 1.0, "LH": 0.5, "HL": 2.0, "HH": 1.5}
+
+
+def test_bundled_crop_at_size_512_loads():
+    """Regression: the default spec astronaut:40:180 at size 512 (the whole 512^2 photo)
+    used to raise in load_crop because the origin pushed the crop off the photo."""
+    crop = load_crop("astronaut", 40, 180, 512)
+    assert crop.shape == (512, 512, 3) and crop.dtype == np.float32
+    assert np.array_equal(crop, load_crop("astronaut", 0, 0, 512))
+
+
+def test_crop_origin_kept_when_it_fits_and_too_large_size_is_a_clear_error():
+    small = load_crop("astronaut", 40, 180, 64)
+    assert np.array_equal(small, load_crop("astronaut", 0, 0, 512)[40:104, 180:244])
+    with pytest.raises(ValueError, match="images.size must be <= 427"):
+        load_crop("china", 0, 0, 512)
+    assert crop_id("china:200:300") == "china_200_300"
+
+
+@pytest.mark.parametrize("bands", [None, BANDS])
+def test_wd_to_target_equals_the_plain_functions(bands):
+    torch.manual_seed(0)
+    feats = RandomFeatures(7, 4)
+    a, b = torch.rand(1, 3, 32, 32), torch.rand(1, 3, 32, 32)
+    sigma = torch.rand(1, 1, 32, 32) * 3
+    fa, fb = feats(a), feats(b)
+    fast = WDToTarget(fb, sigma, 3, bands)(fa)
+    plain = multi_wd(fa, fb, sigma, 3) if bands is None else wavelet_wd(fa, fb, sigma, bands, 3)
+    assert float(fast) == pytest.approx(float(plain), rel=1e-6)
+    x = a.clone().requires_grad_(True)
+    WDToTarget(fb, sigma, 3, bands)(feats(x)).backward()
+    y = a.clone().requires_grad_(True)
+    (multi_wd(feats(y), fb, sigma, 3) if bands is None else wavelet_wd(feats(y), fb, sigma, bands, 3)).backward()
+    assert torch.allclose(x.grad, y.grad, rtol=1e-5, atol=1e-9)
+
+
+def test_region_modulation_uses_each_pixels_own_region_parameters():
+    torch.manual_seed(1)
+    model = Re2ICCodec(8, 8, levels=2, hidden=3, noise_channels=1)
+    with torch.no_grad():
+        model.region_film.normal_()
+        for y in model.latents:
+            y.normal_()
+    regions = torch.zeros(1, 1, 8, 8, dtype=torch.long)
+    regions[..., :, 4:] = 1
+    noise = torch.randn(1, 1, 8, 8)
+    out = model.synthesize(list(model.latents), regions, noise)
+    ups = [model.latents[0], F.interpolate(model.latents[1], size=(8, 8), mode="bilinear",
+                                           align_corners=False)]
+    h = model.synth_in(torch.cat(ups + [noise], 1))
+    film = model.region_film[regions[0, 0]]              # the direct per-pixel lookup
+    h = F.relu(h * (1 + film[..., 0, :].permute(2, 0, 1)) + film[..., 1, :].permute(2, 0, 1))
+    ref = model.synth_out(h)
+    assert torch.allclose(out, ref + model.refine(ref), atol=1e-6)
+
+
+def _rows(bpps, **metric):
+    return [{"bpp": b, **{k: v[i] for k, v in metric.items()}} for i, b in enumerate(bpps)]
+
+
+def test_premise_compares_own_objective_at_the_common_rate():
+    by_curve = {("v", 0, "mse"): _rows([0.1, 0.3], wd=[0.4, 0.2], wawd=[0.4, 0.2], hf_ratio=[0.2, 0.5]),
+                ("v", 0, "wd"): _rows([0.1, 0.3], wd=[0.2, 0.1], wawd=[0.5, 0.3], hf_ratio=[0.8, 0.9]),
+                ("v", 0, "wawd"): _rows([0.2, 0.6], wd=[0.2, 0.1], wawd=[0.5, 0.3], hf_ratio=[0.8, 0.9])}
+    p = premise_checks(by_curve, [("v", 0)], ["mse", "wd", "wawd"])
+    assert p["val_wd_objective_ratio"] == pytest.approx(0.5)        # 0.2/0.4 and 0.1/0.2
+    assert p["val_wd_rates_matched"] == 1.0
+    # wawd's curve overlaps mse on [0.2, 0.3]: common rate sqrt(0.06); wawd is worse there
+    assert p["val_wawd_objective_ratio"] > 1
+    assert p["val_max_hf_ratio_mse"] == 0.5
+    per = compare_at_matched_rate(by_curve, [("v", 0)], "wawd", "mse", ("wawd",))
+    assert per[0]["bpp"] == pytest.approx(np.sqrt(0.2 * 0.3))
+
+
+def test_decoded_key_and_tail_change():
+    assert parse_decoded_key("wd_uniform-2__china_200_300__lam30") == {
+        "loss": "wd_uniform", "seed": 2, "image": "china_200_300", "lam": 30.0}
+    assert _tail_change([4.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]) == 0.0
+    assert _tail_change([10.0, 8.0, 6.0, 4.0, 2.0]) == pytest.approx(1.0)
