@@ -20,23 +20,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from components.common.transformer import CrossBlock
 from components.tricd.decode import calibrate, predict, run_pass
 from components.tricd.model import build_vocab, encode
 from components.tricd.saliency import pool_to_tokens, token_weights
 from components.tricd.tools import TOOL_NAMES, TOOL_TEXT, apply_tools
-
-
-class CrossBlock(nn.Module):
-    def __init__(self, d: int, n_heads: int = 4):
-        super().__init__()
-        self.ln_q, self.ln_kv, self.ln_ff = nn.LayerNorm(d), nn.LayerNorm(d), nn.LayerNorm(d)
-        self.attn = nn.MultiheadAttention(d, n_heads, batch_first=True)
-        self.ff = nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
-
-    def forward(self, q, kv, pad_mask=None):
-        kv = self.ln_kv(kv)
-        q = q + self.attn(self.ln_q(q), kv, kv, key_padding_mask=pad_mask, need_weights=False)[0]
-        return q + self.ff(self.ln_ff(q))
 
 
 class ToolRouter(nn.Module):
