@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from components.common.preflight import PreflightError, require_dir
+from components.common.readers import DatasetError
 from components.fr3d import kitti
 from components.fr3d.adapter import AdapterError, read_adapter_config
 
@@ -66,6 +67,14 @@ def preflight_paper(cfg) -> None:
             if not (root / drive / kitti.IMAGE_DIR).is_dir():
                 raise PreflightError(key, pc.sources[split], reader.LAYOUT,
                                      f"names drive {drive!r}, not a drive folder under {root_key}")
+            try:
+                n_clips = len(reader.drive_clips(root / drive, pc.clip_frames, pc.frame_stride))
+            except DatasetError as err:
+                raise PreflightError(root_key, str(root), reader.LAYOUT,
+                                     f"is not usable ({err})") from None
+            if not n_clips:
+                raise PreflightError(key, pc.sources[split], f"drives with {pc.clip_frames} "
+                                     f"frames {pc.frame_stride} apart", f"drive {drive!r} has none")
             if (name, drive) in seen:
                 raise PreflightError(key, pc.sources[split], "drives no other split reads",
                                      f"shares drive {drive!r} with paper.sources.{seen[name, drive]}")

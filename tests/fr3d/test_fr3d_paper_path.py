@@ -75,7 +75,8 @@ def test_paper_preflight_accepts_kitti_layout_and_names_failing_keys(tmp_path):
              ({"cut3r_checkpoint": ""}, "paper.cut3r_checkpoint"),
              ({"image_size": [15, 48]}, "paper.image_size"),
              ({"sources": {"probe": "kitti:d_test"}}, "paper.sources.probe"),
-             ({"sources": {"val": "kitti:no_such_drive"}}, "paper.sources.val")]
+             ({"sources": {"val": "kitti:no_such_drive"}}, "paper.sources.val"),
+             ({"clip_frames": 40}, "paper.sources.train")]      # 17-frame drives: no clip
     for override, key in cases:
         with pytest.raises(PreflightError) as err:
             paper_cfg(tmp_path, **override).preflight()
