@@ -5,7 +5,6 @@ a tiny recurrent 3D reconstruction model pre-trained here ("CUT3R-tiny") replace
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import ClassVar
 
 from components.common.config import MethodConfig, Section
@@ -96,12 +95,21 @@ class Evaluate(Section):
 
 
 class Paper(Section):
-    """paper profile: CUT3R checkpoint and Waymo / KITTI / nuScenes roots from the user."""
+    """paper profile: a teacher checkpoint folder (components/fr3d/adapter.py) and dataset roots
+    from the user. ``sources`` maps each split to ``DATASET`` or ``DATASET:drive,drive`` (the
+    folders under that dataset's root it reads; all of them when none are named)."""
     enabled: bool = False
     cut3r_checkpoint: str = ""
     waymo_root: str = ""
     kitti_root: str = ""
     nuscenes_root: str = ""
+    # the paper trains on Waymo and tests zero-shot on KITTI and nuScenes; probe: clips where
+    # the ego stands still (the user names such drives)
+    sources: dict[str, str] = {"train": "waymo", "val": "waymo", "test": "waymo",
+                               "kitti_like": "kitti", "nuscenes_like": "nuscenes", "probe": "kitti"}
+    image_size: list[int] = [160, 512]   # teacher input (H, W), multiples of its patch
+    clip_frames: int = 16                # >= evaluate.context_end + max(horizons) + 1
+    frame_stride: int = 2                # KITTI's 10 Hz -> 5 fps, the 0.2 s step of the horizons
 
 
 class Fr3dConfig(MethodConfig):
@@ -129,20 +137,14 @@ class Fr3dConfig(MethodConfig):
         "evaluate": {"context_end": 5, "batch_size": 8},
     }
     PAPER: ClassVar[dict] = {
+        "scenes": {"splits": ["train", "val", "test", "kitti_like", "nuscenes_like", "probe"]},
         "forecaster": {"dim": 1152, "spatial_layers": 12, "pose_layers": 4, "share_layers": 4,
                        "heads": 8, "lr": 1e-4, "steps": 100_000},
         "paper": {"enabled": True},
     }
 
     def preflight(self) -> None:
-        if not self.paper.enabled:
-            return
-        for key in ("cut3r_checkpoint", "waymo_root", "kitti_root", "nuscenes_root"):
-            value = getattr(self.paper, key)
-            if not value or not Path(value).exists():
-                raise FileNotFoundError(
-                    f"fr3d paper profile: paper.{key} = {value!r} does not exist; set paper.{key} "
-                    "to a local path (the pipeline never downloads weights or datasets)")
-        raise NotImplementedError(
-            "fr3d paper profile: the CUT3R teacher adapter and the Waymo/KITTI/nuScenes readers "
-            "are not implemented in this repository (only the tiny teacher and procedural scenes)")
+        if self.paper.enabled:
+            from components.fr3d.paper import preflight_paper
+
+            preflight_paper(self)

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from components.common.io import load_npz, load_torch, save_npz, save_torch, write_json_atomic
+from components.common.io import (load_npz, load_torch, read_json, save_npz, save_torch,
+                                  write_json_atomic)
+from components.fr3d.paper import paper_clip_index, read_paper_clips, stack_clips
 from components.fr3d.scenes import PALETTES, random_palette, render_sequence, sample_scene
 
 DOMAIN_SPLITS = ("train", "val", "test", "kitti_like", "nuscenes_like")
@@ -53,6 +55,8 @@ def make_split(sc, split: str, rng: np.random.Generator) -> list[dict]:
 
 
 def gen_scenes_stage(cfg, ctx) -> None:
+    if cfg.paper.enabled:
+        return index_paper_clips(cfg, ctx)
     sc = cfg.scenes
     summary = {}
     for i, split in enumerate(sc.splits):
@@ -64,7 +68,32 @@ def gen_scenes_stage(cfg, ctx) -> None:
     ctx.write_metrics(summary)
 
 
+def index_paper_clips(cfg, ctx) -> None:
+    """Paper profile: the clips each split reads from the user's dataset roots."""
+    index = paper_clip_index(cfg)
+    for split, records in index.items():
+        write_json_atomic(ctx.out_dir / f"{split}.json", records)
+    ctx.write_metrics({f"n_seq_{split}": len(records) for split, records in index.items()})
+
+
+def read_paper_split(cfg, ctx) -> None:
+    """Paper profile: the split's clips read and resized into the render stage's arrays."""
+    split = ctx.item["split"]
+    clips = read_paper_clips(cfg, read_json(ctx.inputs["gen_scenes"] / f"{split}.json"))
+    arrays = stack_clips(clips)
+    h, w = arrays["rgb"].shape[2:4]
+    save_npz(ctx.out_dir / f"{h}x{w}.npz", **arrays)
+    write_json_atomic(ctx.out_dir / "manifest.json", [dict(
+        height=int(h), width=int(w), n_seq=len(clips),
+        fovs=sorted({round(float(f), 6) for f in arrays["fov"]}))])
+    depth = arrays["depth"]
+    ctx.write_metrics({"n_seq": len(clips), "valid_share": float((depth > 0).mean()),
+                       "dynamic_share": 0.0, "mean_depth": float(depth[depth > 0].mean())})
+
+
 def render_stage(cfg, ctx) -> None:
+    if cfg.paper.enabled:
+        return read_paper_split(cfg, ctx)
     sc, split = cfg.scenes, ctx.item["split"]
     records = load_torch(ctx.inputs["gen_scenes"] / f"{split}.pt")
     groups: dict[tuple[int, int], list] = {}

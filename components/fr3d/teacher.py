@@ -12,6 +12,8 @@ DINO-Foresight-like baseline.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import torch
 from torch import nn
@@ -20,6 +22,7 @@ from torch.nn import functional as fn
 from components.common.io import load_npz, load_torch, read_json, save_torch, write_json_atomic
 from components.common.seeds import seed_everything
 from components.common.train import fit
+from components.fr3d.adapter import load_teacher_checkpoint, read_adapter_config
 from components.common.transformer import CrossBlock
 from components.fr3d.data import load_split
 from components.fr3d.geometry import matrix_to_rot6d, pose_from_9d, relative_poses
@@ -28,6 +31,7 @@ from components.fr3d.nn import MLP, SelfBlock
 PATCH = 8
 IDENTITY_9D = torch.tensor([1.0, 0, 0, 0, 1, 0, 0, 0, 0])
 DIFF_GAIN = 8.0
+TEACHER_REF = "teacher_ref.json"     # paper profile: which checkpoint folder is the teacher
 
 
 def depth_head(dim: int) -> nn.Module:
@@ -44,6 +48,8 @@ def unpatchify(patches: torch.Tensor, h: int, w: int) -> torch.Tensor:
 
 
 class TinyCUT3R(nn.Module):
+    patch = PATCH
+
     def __init__(self, dim: int = 64, state_tokens: int = 16, heads: int = 4):
         super().__init__()
         self.dim = dim
@@ -147,6 +153,8 @@ def check_clip_length(tc, sc) -> None:
 
 
 def pretrain_teacher_stage(cfg, ctx) -> None:
+    if cfg.paper.enabled:
+        return adopt_teacher_checkpoint(cfg, ctx)
     tc, sc = cfg.teacher, cfg.scenes
     check_clip_length(tc, sc)
     render_dir = ctx.inputs["render"]["pretrain"]
@@ -199,7 +207,26 @@ def pretrain_teacher_stage(cfg, ctx) -> None:
     ctx.write_metrics({"final_loss": records[-1]["teacher/loss"], "n_params": n_params})
 
 
-def load_teacher(teacher_dir) -> TinyCUT3R:
+def adopt_teacher_checkpoint(cfg, ctx) -> None:
+    """Paper profile: no pre-training; the user's frozen teacher checkpoint is loaded through
+    the adapter (checked there) and referenced, so later stages load the same weights."""
+    folder = Path(cfg.paper.cut3r_checkpoint).expanduser().resolve()
+    model = load_teacher_checkpoint(folder)
+    for h_w in cfg.paper.image_size:
+        if h_w % model.patch:
+            raise ValueError(f"paper.image_size {cfg.paper.image_size} is not a multiple of the "
+                             f"teacher's patch {model.patch}")
+    n_params = sum(p.numel() for p in model.parameters())
+    write_json_atomic(ctx.out_dir / TEACHER_REF, {"checkpoint": str(folder),
+                                                  "adapter": read_adapter_config(folder)["adapter"]})
+    write_json_atomic(ctx.out_dir / "summary.json", {"n_params": n_params})
+    ctx.write_metrics({"n_params": n_params})
+
+
+def load_teacher(teacher_dir):
+    """The frozen teacher of a pretrain_teacher output: trained here, or a referenced checkpoint."""
+    if (teacher_dir / TEACHER_REF).is_file():
+        return load_teacher_checkpoint(read_json(teacher_dir / TEACHER_REF)["checkpoint"])
     blob = load_torch(teacher_dir / "teacher.pt")
     model = TinyCUT3R(blob["dim"], blob["state_tokens"], blob["heads"])
     model.load_state_dict(blob["state_dict"])

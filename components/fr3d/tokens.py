@@ -16,7 +16,7 @@ import torch
 from components.common.io import save_torch, write_table
 from components.fr3d.data import load_split
 from components.fr3d.evaluate import forecast_all, ground_truth_references, score_split
-from components.fr3d.teacher import PATCH, load_teacher, to_tensor_rgb
+from components.fr3d.teacher import load_teacher, to_tensor_rgb
 
 PREMISE_SPLIT = "val"
 
@@ -29,7 +29,7 @@ def encode_split(teacher, rgb: np.ndarray, batch: int = 32) -> dict:
         zs.append(z.half())
         fs.append(f.half())
         es.append(e.half())
-    grid = (rgb.shape[2] // PATCH, rgb.shape[3] // PATCH)
+    grid = (rgb.shape[2] // teacher.patch, rgb.shape[3] // teacher.patch)
     return {"z": torch.cat(zs), "F": torch.cat(fs), "enc": torch.cat(es), "grid": grid}
 
 
