@@ -53,7 +53,7 @@ def text_logits(model, images: torch.Tensor, tokens: torch.Tensor) -> torch.Tens
 
 def token_nll(model, images: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """Per-position negative log-likelihood (B, T-1) of tokens[:, 1:]."""
-    logits = text_logits(model, images, tokens)
+    logits = text_logits(model, images, tokens).float()    # bf16 on the paper GPU: VIG is a small difference
     return F.cross_entropy(logits.transpose(1, 2), tokens[:, 1:], reduction="none")
 
 
