@@ -1,10 +1,19 @@
 """Params of the vig reproduction. Field defaults are the ``small`` profile."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import ClassVar
 
 from components.common.config import MethodConfig, Section
+from components.common.preflight import PreflightError, require_checkpoint, require_dir, require_file, require_tokenizer
+
+LLAVA_JSON = ("the LLaVA-665K instruction JSON (llava_v1_5_mix665k.json: a list of {id, image?, "
+              "conversations: [{from: human|gpt, value}]})")
+IMAGE_ROOT = "the image root the JSON's 'image' paths are relative to (coco/, gqa/, ocr_vqa/, textvqa/, vg/)"
+POPE_JSONL = ("a POPE question file (e.g. coco_pope_random.json: JSON lines of {question_id, image, "
+              "text, label: yes|no})")
+POPE_IMAGES = "the COCO val2014 image folder POPE's 'image' names live in"
 
 
 class Data(Section):
@@ -83,6 +92,22 @@ class Claims(Section):
     premise_blur_prior_min: float = 50.0  # blurred-image answers that are the noun's prior colour (%)
 
 
+class Paper(Section):
+    """The paper profile's paths and knobs (data.source = "llava"). Not a DVC param of the small
+    run's stages, so adding it left the committed small run's lock valid."""
+    model_path: str = ""          # LLaVA-1.5 save_pretrained folder (llava-hf/llava-1.5-7b-hf): model + tokenizer
+    max_samples: int = 0          # first N rows of data.llava_json (0 = all)
+    max_len: int = 512            # text tokens per conversation (image tokens come on top)
+    eval_jsonl: str = ""          # POPE questions
+    eval_image_root: str = ""
+    max_eval: int = 0             # first N questions (0 = all)
+    lora_rank: int = 16           # LoRA on the decoder's attention projections (peft)
+    lora_alpha: float = 32.0
+    batch_size: int = 8           # forward batch for scoring and evaluation
+    device: str = "auto"
+    dtype: str = "auto"
+
+
 class VigConfig(MethodConfig):
     seeds: list[int] = [0, 1, 2]
     data: Data = Data()
@@ -92,6 +117,7 @@ class VigConfig(MethodConfig):
     vig: Vig = Vig()
     train: Train = Train()
     claims: Claims = Claims()
+    paper: Paper = Paper()
 
     SMOKE: ClassVar[dict] = {
         "seeds": [0],
@@ -101,19 +127,28 @@ class VigConfig(MethodConfig):
         "reference": {"steps": 40, "batch_size": 32},
         "train": {"steps": 40, "batch_size": 32},
     }
-    # Paper scale: LLaVA-1.5 on the LLaVA-665K mix from user paths. Not wired yet: preflight stops
-    # the run in one line rather than building a random 7B-shaped toy.
-    PAPER: ClassVar[dict] = {"data": {"source": "llava"}}
+    # Paper scale: LLaVA-1.5 on the LLaVA-665K mix and POPE from user paths (components.vig.llava).
+    # LoRA SFT budget is ours, not the paper's (untuned): one seed, 1000 steps of 16 conversations.
+    PAPER: ClassVar[dict] = {
+        "seeds": [0],
+        "data": {"source": "llava"},
+        "train": {"steps": 1000, "batch_size": 16, "lr": 2e-4},
+        "paper": {"max_len": 1024},
+    }
 
     def preflight(self) -> None:
+        if self.data.source not in ("synthetic", "llava"):
+            raise ValueError(f"data.source must be synthetic or llava (got {self.data.source!r})")
         if self.data.source != "llava":
             return
-        for key in ("llava_json", "image_root"):
-            value = getattr(self.data, key)
-            if not value or ("://" not in value and not Path(value).exists()):
-                raise FileNotFoundError(
-                    f"vig paper profile: data.{key}={value!r} is missing; set it to the LLaVA-665K "
-                    f"instruction JSON / the COCO+GQA+VG image root")
-        raise NotImplementedError(
-            "vig paper profile: the LLaVA-1.5 / LLaVA-665K path is not wired yet; only the small "
-            "and smoke profiles run")
+        p = self.paper
+        require_checkpoint("paper.model_path", p.model_path, "a LLaVA-1.5 save_pretrained folder (config + weights)")
+        require_tokenizer("paper.model_path", p.model_path, "a LLaVA-1.5 folder with its tokenizer saved beside it")
+        model_type = json.loads((Path(p.model_path).expanduser() / "config.json").read_text()).get("model_type")
+        if model_type != "llava":
+            raise PreflightError("paper.model_path", p.model_path, "a LlavaForConditionalGeneration folder",
+                                 f"holds a {model_type!r} model, not 'llava'")
+        require_file("data.llava_json", self.data.llava_json, LLAVA_JSON)
+        require_dir("data.image_root", self.data.image_root, IMAGE_ROOT)
+        require_file("paper.eval_jsonl", p.eval_jsonl, POPE_JSONL)
+        require_dir("paper.eval_image_root", p.eval_image_root, POPE_IMAGES)

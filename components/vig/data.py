@@ -233,7 +233,11 @@ SPLITS = ("train", "val", "test", "probes", "align")
 def prepare_data_stage(cfg, ctx) -> None:
     """Train (the instruction mix), val and test (colour questions, half bias-conflicting; val is
     for calibration and the premise checks only), the VIG probes and the stage-1 alignment
-    captions, each from its own random stream."""
+    captions, each from its own random stream. Paper profile: the LLaVA-665K JSON (llava.py)."""
+    from components.vig import llava
+
+    if llava.is_paper(cfg):
+        return llava.prepare_data_stage(cfg, ctx)
     d, look = cfg.data, Look.of(cfg.data)
     seed_everything(d.data_seed)
     rng = {name: np.random.default_rng([d.data_seed, i]) for i, name in enumerate(SPLITS)}

@@ -8,6 +8,7 @@ import torch
 
 from components.common.io import load_torch, read_json, read_table, write_json_atomic, write_table
 from components.common.metrics import paired_difference, summarize
+from components.vig import llava
 from components.vig.data import COLORS, PRIOR, VOCAB, blur
 from components.vig.model import text_logits
 from components.vig.train import load_split, new_model
@@ -63,6 +64,8 @@ def nouns_of(data_dir, name: str) -> list[str]:
 
 
 def evaluate_stage(cfg, ctx) -> None:
+    if llava.is_paper(cfg):
+        return llava.evaluate_stage(cfg, ctx)       # POPE
     torch.set_num_threads(1)
     data_dir = ctx.inputs["prepare_data"]
     splits = {name: (load_split(data_dir, name), nouns_of(data_dir, name)) for name in ("val", "test")}

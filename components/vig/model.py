@@ -43,7 +43,8 @@ def pixel_values(images: torch.Tensor) -> torch.Tensor:
 def text_logits(model, images: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """Logits (B, T-1, vocab) predicting ``tokens[:, 1:]`` from the image and ``tokens[:, :-1]``."""
     n = n_image_tokens(model)
-    placeholders = torch.full((len(tokens), n), model.config.image_token_index, dtype=tokens.dtype)
+    placeholders = torch.full((len(tokens), n), model.config.image_token_index, dtype=tokens.dtype,
+                              device=tokens.device)
     input_ids = torch.cat([tokens[:, :1], placeholders, tokens[:, 1:-1]], dim=1)
     logits = model(input_ids=input_ids, pixel_values=pixel_values(images)).logits
     # position 0 is <bos>, 1..n the visual tokens; the logits at n onwards predict tokens[:, 1:]
@@ -52,7 +53,7 @@ def text_logits(model, images: torch.Tensor, tokens: torch.Tensor) -> torch.Tens
 
 def token_nll(model, images: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """Per-position negative log-likelihood (B, T-1) of tokens[:, 1:]."""
-    logits = text_logits(model, images, tokens)
+    logits = text_logits(model, images, tokens).float()    # bf16 on the paper GPU: VIG is a small difference
     return F.cross_entropy(logits.transpose(1, 2), tokens[:, 1:], reduction="none")
 
 

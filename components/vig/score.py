@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from components.common.io import load_torch, read_table, save_torch, write_json_atomic, write_table
+from components.vig import llava
 from components.vig.data import COLORS, GROUNDED_WORDS, VOCAB, WORD_ID, blur
 from components.vig.model import sample_vig, token_vig
 from components.vig.train import answer_weights, kinds_of, load_split, new_model
@@ -44,6 +45,8 @@ def select_tokens(d: torch.Tensor, answer: torch.Tensor, vig: np.ndarray, multim
 
 
 def score_vig_stage(cfg, ctx) -> None:
+    if llava.is_paper(cfg):
+        return llava.score_vig_stage(cfg, ctx)
     torch.set_num_threads(1)
     data_dir = ctx.inputs["prepare_data"]
     model = load_reference(cfg, ctx)
@@ -128,15 +131,17 @@ def select_stage(cfg, ctx) -> None:
     write_table(ctx.out_dir / "selection.parquet",
                 {"id": list(range(len(kinds))), "kind": kinds.tolist(), "kept": keep.tolist(),
                  "supervised_tokens": weights.sum(1).tolist()})
+    common = {"tau": tau, "kept_multimodal": int(keep.sum()), "token_fraction": float(weights.sum() / answer.sum())}
+    samples = read_table(data_dir / "train_samples.parquet")
+    if "conflict" not in samples.column_names:   # LLaVA-665K (paper): no generated colours / conflict labels
+        return ctx.write_metrics(common)
     kept_by_kind = {f"kept_frac_{k}": float(keep[kinds == k].mean()) for k in sorted(set(kinds)) if k != "text"}
-    conflict = np.asarray(read_table(data_dir / "train_samples.parquet").column("conflict").to_pylist())
+    conflict = np.asarray(samples.column("conflict").to_pylist())
     mm = kinds != "text"
     # which samples VIG prefers: bias-conflicting scenes should be kept more often
     kept_by_kind.update(kept_frac_conflict=float(keep[mm & conflict].mean()),
                         kept_frac_aligned=float(keep[mm & ~conflict].mean()))
-    ctx.write_metrics({"tau": tau, "kept_multimodal": int(keep.sum()),
-                       "token_fraction": float(weights.sum() / answer.sum()), **kept_by_kind,
-                       **colour_tokens_kept(split, weights)})
+    ctx.write_metrics({**common, **kept_by_kind, **colour_tokens_kept(split, weights)})
 
 
 def colour_tokens_kept(split, weights) -> dict:

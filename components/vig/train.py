@@ -11,6 +11,7 @@ import torch
 from components.common.io import load_torch, save_torch, write_json_atomic
 from components.common.seeds import seed_everything
 from components.common.train import fit
+from components.vig import llava
 from components.vig.data import VOCAB
 from components.vig.model import build_model, weighted_lm_loss
 
@@ -55,6 +56,8 @@ def answer_weights(split: dict) -> torch.Tensor:
 def align_stage1_stage(cfg, ctx) -> None:
     """Captions of an unnamed object (LLaVA's stage-1 role): teaches the vision tower and the
     projector what the image shows, before the instruction data with its noun prior."""
+    if llava.is_paper(cfg):
+        return llava.checkpoint_stage(cfg, ctx, "stage-1 aligned start of every arm")
     data_dir = ctx.inputs["prepare_data"]
     split = load_split(data_dir, "align")
     seed_everything(cfg.align.seed)
@@ -67,6 +70,8 @@ def align_stage1_stage(cfg, ctx) -> None:
 
 def train_reference_stage(cfg, ctx) -> None:
     """One vanilla stage-2 run whose VIG scores are cached and shared by all arms."""
+    if llava.is_paper(cfg):
+        return llava.checkpoint_stage(cfg, ctx, "VIG scorer")
     data_dir = ctx.inputs["prepare_data"]
     split = load_split(data_dir, "train")
     seed_everything(cfg.reference.seed)
@@ -119,12 +124,15 @@ def train_arm_stage(cfg, ctx) -> None:
     variant, seed = ctx.item["variant"], ctx.item["seed"]
     data_dir = ctx.inputs["prepare_data"]
     split, kinds = load_split(data_dir, "train"), kinds_of(data_dir)
-    seed_everything(seed)
-    model = new_model(cfg, seed)
-    model.load_state_dict(load_torch(ctx.inputs["align_stage1"] / "model.pt"))
     weights = arm_weights(variant, split, kinds, ctx.inputs["select"], seed)
-    out = train_weighted(cfg, ctx, model, split, weights, cfg.train, seed, "train")
-    save_torch(ctx.out_dir / "model.pt", model.state_dict())
+    if llava.is_paper(cfg):
+        out = llava.train_arm_stage(cfg, ctx, weights)          # LoRA on LLaVA-1.5, same weights
+    else:
+        seed_everything(seed)
+        model = new_model(cfg, seed)
+        model.load_state_dict(load_torch(ctx.inputs["align_stage1"] / "model.pt"))
+        out = train_weighted(cfg, ctx, model, split, weights, cfg.train, seed, "train")
+        save_torch(ctx.out_dir / "model.pt", model.state_dict())
     mm = torch.from_numpy(kinds != "text")
     out.update(supervised_tokens=float(weights.sum()),
                supervised_multimodal_tokens=float(weights[mm].sum()),
