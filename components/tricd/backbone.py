@@ -34,6 +34,20 @@ def heldout_start(n_videos: int) -> int:
     return int(round(n_videos * (1 - HELDOUT_SHARE)))
 
 
+def pretraining_loss(m, batch, prompt, grounding_weight: float, caption_weight: float):
+    """Answer loss, plus the vision tower's grounding loss and the captioning loss when weighted.
+    ``batch``: (video, text, target, caption video, caption, grounding labels, scene)."""
+    video, text, target, cap_video, cap, pair, scene = batch
+    loss = answer_loss(m(video, text)[0], target)
+    if grounding_weight > 0:
+        loss = loss + grounding_weight * grounding_loss(m, cap_video, pair, scene)
+    if caption_weight > 0:
+        cap = cap[:, :int((cap != 0).sum(1).max())]
+        logits = m(cap_video, prompt.expand(len(cap), -1), continuation=cap)[0]
+        loss = loss + caption_weight * caption_loss(logits, cap)
+    return loss
+
+
 def train_backbone_stage(cfg, ctx) -> None:
     from components.common.io import read_json, save_torch
     from components.common.seeds import seed_everything
@@ -68,15 +82,7 @@ def train_backbone_stage(cfg, ctx) -> None:
                    data.videos[vids], captions[vids], pairs[vids], scenes[vids])
 
     def loss_fn(m, batch):
-        video, text, target, cap_video, cap, pair, scene = batch
-        loss = answer_loss(m(video, text)[0], target)
-        if bb.grounding_weight > 0:
-            loss = loss + bb.grounding_weight * grounding_loss(m, cap_video, pair, scene)
-        if bb.caption_weight > 0:
-            cap = cap[:, :int((cap != 0).sum(1).max())]
-            logits = m(cap_video, prompt.expand(len(cap), -1), continuation=cap)[0]
-            loss = loss + bb.caption_weight * caption_loss(logits, cap)
-        return loss
+        return pretraining_loss(m, batch, prompt, bb.grounding_weight, bb.caption_weight)
 
     val = load_split(bench_dir, "val")
 

@@ -5,7 +5,8 @@ Usage: python components/tricd/calibrate.py --steps 800 --npre 1500 --size 32 --
 import argparse, time, json
 import numpy as np, torch, pandas as pd
 from components.tricd import benchmark as B
-from components.tricd.model import ToyVLLM, build_vocab, encode, encode_caption, answer_loss, caption_loss, trim, CAPTION_PROMPT
+from components.tricd.backbone import pretraining_loss
+from components.tricd.model import ToyVLLM, build_vocab, encode, encode_caption, trim, CAPTION_PROMPT
 from components.tricd.decode import MAX_TEXT, run_pass, predict, score
 from components.common.train import fit
 from components.common.seeds import seed_everything
@@ -42,7 +43,6 @@ from components.tricd import video as V
 tp = a.patch * a.merge
 glab = torch.from_numpy(np.stack([V.token_labels(p, a.size, tp, a.tp) for p in pprog]))
 gscene = torch.tensor([V.SCENES.index(p["scene"]) for p in pprog])
-from components.tricd.model import grounding_loss
 model = ToyVLLM(len(vocab), a.frames, a.size, a.patch, a.d, a.layers, a.heads, MAX_TEXT, **kwargs)
 r = seed_everything(0)
 def batches():
@@ -51,14 +51,7 @@ def batches():
         vids = torch.as_tensor(r.choice(a.npre, size=a.cb, replace=False))
         yield pv[pvid[idx]], trim(ptext[idx]), ptgt[idx], pv[vids], caps[vids], glab[vids], gscene[vids]
 def loss_fn(m, b):
-    video, text, target, cv, cap, gl, gs = b
-    loss = answer_loss(m(video, text)[0], target)
-    if a.gw > 0:
-        loss = loss + a.gw * grounding_loss(m, cv, gl, gs)
-    if a.cw > 0:
-        cap = cap[:, :int((cap != 0).sum(1).max())]
-        loss = loss + a.cw * caption_loss(m(cv, prompt.expand(len(cap), -1), continuation=cap)[0], cap)
-    return loss
+    return pretraining_loss(m, b, prompt, a.gw, a.cw)
 biased = np.array([any(t in kw["biased_types"] for t in ts) for ts in vqa.types])
 yn = vqa.task.str.endswith("yn").to_numpy()
 tr_idx = np.arange(0, len(pitems), 20)
