@@ -61,6 +61,7 @@ def test_paper_preflight_names_the_missing_key():
 
 
 @pytest.mark.paper_shape
+@pytest.mark.slow  # CI time (~40 s); `make test-all` runs it
 def test_re2ic_paper_profile_on_kodak_layout_and_random_vgg(tmp_path):
     root = write_kodak_like(tmp_path / "kodak")
     vgg = write_random_vgg16(tmp_path / "vgg16.pth")

@@ -11,7 +11,8 @@ from components.common.io import load_torch, read_json, read_table
 from tests.paper.harness import run_paper_shape
 from tests.selfsoup.paper_layouts import write_imagenet_c, write_minivtab
 
-pytestmark = pytest.mark.paper_shape
+# slow-marked to keep the CI run under 30 minutes (it ran there at 40-55 s); `make test-all` runs it
+pytestmark = [pytest.mark.paper_shape, pytest.mark.slow]
 
 CORRUPTIONS = ["gaussian_noise", "contrast"]
 INGREDIENTS = "[mae_lr1,moco_t0p1]"

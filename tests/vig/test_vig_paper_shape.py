@@ -52,6 +52,7 @@ def write_pope(root):
     return write_jsonl(root / "coco_pope_random.json", rows), root / "val2014"
 
 
+@pytest.mark.slow  # CI time (~40 s) keeps the CI run under 30 minutes; `make test-all` runs it
 def test_vig_paper_profile_on_tiny_llava(tmp_path, tiny_checkpoints):
     llava_json, image_root = write_llava_mix(tmp_path / "llava")
     pope, pope_images = write_pope(tmp_path / "pope")
