@@ -381,17 +381,9 @@ method_flow = flow(log_prints=True)(_method_flow)
 
 
 def run_flow(project: Project, bridge: DvcBridge, plan: Plan, outcome: Outcome,
-             executor: str, settings: ScaleOut, services: ExitStack | None = None) -> None:
-    """Run the plan's work as one Prefect flow run. ``services``: the invocation's Prefect
-    server and Ray (``start_services``, done by the caller); without it, started for this run."""
-    with ExitStack() as own:
-        if services is None:
-            start_services(own, executor, settings, project)
-        _run_flow(project, bridge, plan, outcome, executor, settings)
-
-
-def _run_flow(project: Project, bridge: DvcBridge, plan: Plan, outcome: Outcome,
-              executor: str, settings: ScaleOut) -> None:
+             executor: str, settings: ScaleOut) -> None:
+    """Run the plan's work as one Prefect flow run, on the invocation's Prefect server and Ray
+    (``start_services``, started by the caller)."""
     method = plan.method
     if settings.data_root:
         upload_inputs(project, plan, settings.data_root)

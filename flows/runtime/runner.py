@@ -391,7 +391,7 @@ class _Services:
         self.executor, self.scale, self.project = executor, scale, project
         self.stack: ExitStack | None = None
 
-    def started(self) -> ExitStack:
+    def started(self) -> None:
         if self.stack is None:
             from flows.runtime.prefect_flow import start_services
 
@@ -402,7 +402,6 @@ class _Services:
                 stack.close()
                 raise
             self.stack = stack
-        return self.stack
 
     def close(self) -> None:
         if self.stack is not None:
@@ -430,7 +429,7 @@ def report_plan(plan: Plan, dry_run: bool = False) -> None:
 
 
 def execute(project: Project, bridge: DvcBridge, plan: Plan, executor: str,
-            scale: ScaleOut = ScaleOut(), services: _Services | None = None) -> Outcome:
+            scale: ScaleOut, services: _Services) -> Outcome:
     report_plan(plan)
     outcome = Outcome(plan.method.name, restored=list(plan.restored), up_to_date=list(plan.up_to_date))
     if not plan.run:
@@ -446,8 +445,8 @@ def execute(project: Project, bridge: DvcBridge, plan: Plan, executor: str,
     display.activate(live)
     try:
         with live:
-            run_flow(project, bridge, plan, outcome, executor, scale,
-                     services.started() if services else None)
+            services.started()
+            run_flow(project, bridge, plan, outcome, executor, scale)
     finally:
         display.activate(None)
         print(display.summary(outcome, plan, time.monotonic() - started), end="", flush=True)
