@@ -8,7 +8,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import BIN, timed
+from _common import BIN, newest_run_tree, timed
 
 from flows.cli import parse_overrides
 from flows.runtime import runner
@@ -40,14 +40,8 @@ def main(method: str = "linrnn", stage: str = "train_ringworld", profile: str = 
 def stage_span(project: Project, method: str, stage: str) -> float:
     """First start to last end of the stage's child runs in the newest parent run: the fan-out
     itself, without the invocation's start-up (Prefect server, planning, imports)."""
-    from mlflow import MlflowClient
-
-    client = MlflowClient(project.tracking_uri)
-    exp = client.get_experiment_by_name(method)
-    runs = client.search_runs([exp.experiment_id], order_by=["attributes.start_time DESC"], max_results=100)
-    parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
-    items = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id
-             and r.data.tags.get("stage") == stage]
+    _, children = newest_run_tree(project, method)
+    items = [r for r in children if r.data.tags.get("stage") == stage]
     return (max(r.info.end_time for r in items) - min(r.info.start_time for r in items)) / 1000
 
 

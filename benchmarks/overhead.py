@@ -33,14 +33,11 @@ def critical_path(method: Method, compute: dict[str, list[float]]) -> float:
 
 
 def main(method_name: str = "linrnn") -> None:
-    from mlflow import MlflowClient
+    from _common import newest_run_tree  # a sibling script: on sys.path when run as one
 
     project = Project.find()
-    client = MlflowClient(project.tracking_uri)
-    exp = client.get_experiment_by_name(method_name)
-    runs = client.search_runs([exp.experiment_id], order_by=["attributes.start_time DESC"], max_results=500)
-    parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags and int(r.data.tags.get("executed", 0)))
-    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    parent, children = newest_run_tree(project, method_name,
+                                       lambda run: int(run.data.tags.get("executed", 0)))
     compute = compute_by_stage(children)
     method = registry.get(method_name)
     wall = (parent.info.end_time - parent.info.start_time) / 1000

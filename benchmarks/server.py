@@ -21,7 +21,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from _common import BIN, timed
+from _common import BIN, newest_run_tree, timed
 from overhead import compute_by_stage, critical_path
 
 from flows.runtime import registry
@@ -38,13 +38,7 @@ def free_port() -> int:
 def last_parent(project: Project, method: str) -> tuple[float, float, int]:
     """(flow wall s, best possible schedule of its stage compute s, instances) of the method's
     newest parent run; the bound is overhead.py's: critical path or compute over 2 workers."""
-    from mlflow import MlflowClient
-
-    client = MlflowClient(project.tracking_uri)
-    exp = client.get_experiment_by_name(method)
-    runs = client.search_runs([exp.experiment_id], order_by=["attributes.start_time DESC"], max_results=200)
-    parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
-    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    parent, children = newest_run_tree(project, method)
     compute = compute_by_stage(children)
     total = sum(sum(times) for times in compute.values())
     bound = max(critical_path(registry.get(method), compute), total / 2)
