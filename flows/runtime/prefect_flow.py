@@ -311,6 +311,13 @@ class _Schedule:
         self._share(inst)
         say(f"{self.plan.method.name}: {inst.name} {message}")
 
+    def _fail(self, inst: Instance, error: execute_mod.StageError, doing: str = "") -> bool:
+        """A pending instance that failed before it was submitted; the others go on."""
+        _record_failure(self.d, inst, error, doing)
+        self.resolved[inst.name] = "failed"
+        self._show(inst.name)
+        return True
+
     def _share(self, inst: Instance) -> None:
         """With a data root, an output settled here (not by a worker) goes there for downstream."""
         if self.d.data_root:
@@ -351,17 +358,24 @@ class _Schedule:
                     changed = self._start(inst, upstream) or changed
 
     def _start(self, inst: Instance, upstream: list[Instance]) -> bool:
-        """Returns True when the instance was settled without running."""
+        """Returns True when the instance was settled (or failed) without running."""
         d = self.d
+        changed = _params_changed(d)
+        if changed:  # it would run, or be checked, under params this run did not plan with
+            return self._fail(inst, changed)
         if inst.name in self.pending:
             with interrupt.deferred():
-                status = d.bridge.status(inst.addr)
-                if status.up_to_date:
-                    self._settle(inst, "up_to_date", d.outcome.up_to_date, "up to date (upstream outputs unchanged)")
-                    return True
-                if d.bridge.restore_from_run_cache(inst.addr):
-                    self._settle(inst, "restored", d.outcome.restored, "restored from the DVC run-cache")
-                    return True
+                try:
+                    status = d.bridge.status(inst.addr)
+                    if status.up_to_date:
+                        self._settle(inst, "up_to_date", d.outcome.up_to_date, "up to date (upstream outputs unchanged)")
+                        return True
+                    if d.bridge.restore_from_run_cache(inst.addr):
+                        self._settle(inst, "restored", d.outcome.restored, "restored from the DVC run-cache")
+                        return True
+                except Exception as err:  # noqa: BLE001 - e.g. params.yaml half-written by an edit
+                    return self._fail(inst, execute_mod.StageError.from_exception(err),
+                                      "checking it against DVC")
             self.plan.reasons[inst.name] = list(status.reasons)
             say(f"{self.plan.method.name}: will run {inst.name} ({'; '.join(status.reasons)})")
         waits = [self.futures[u.name] for u in upstream if u.name in self.futures]
@@ -465,10 +479,9 @@ def _record(d: _Driver, inst: Instance, future) -> None:
             _record_failure(d, inst, execute_mod.StageError.from_exception(err),
                             f"fetching its output from {d.data_root}")
             return
-    if plan.params_text and d.project.params_file(plan.method.name).read_text() != plan.params_text:
-        _record_failure(d, inst, execute_mod.StageError(
-            "ParamsChanged", f"{d.project.params_file(plan.method.name)} changed while the stage ran "
-            "(a profile switch, --set or an edit): not committed under params it did not run with"))
+    changed = _params_changed(d, "while the stage ran")
+    if changed:
+        _record_failure(d, inst, changed)
         return
     with interrupt.deferred():  # a record is written whole, even when Ctrl-C comes meanwhile
         try:
@@ -493,6 +506,22 @@ def _stage_params(plan: Plan, inst: Instance) -> dict[str, Any]:
     if inst.item_key:
         params["item"] = plan.params["fanout"][inst.stage.name][inst.item_key]
     return params
+
+
+def _params_changed(d: _Driver, when: str = "since the run planned") -> execute_mod.StageError | None:
+    """The error to fail an instance with when the method's params file is no longer the text
+    this run planned with (a profile switch, --set or an edit by someone else)."""
+    path = d.project.params_file(d.plan.method.name)
+    if not d.plan.params_text:
+        return None
+    try:
+        if path.read_text() == d.plan.params_text:
+            return None
+    except OSError:   # moved away mid-edit: as changed as a different text
+        pass
+    return execute_mod.StageError(
+        "ParamsChanged", f"{path} changed {when} (a profile switch, --set or an edit): "
+        "not run or committed under params it did not plan with")
 
 
 def _record_failure(d: _Driver, inst: Instance, error: execute_mod.StageError, doing: str = "") -> None:

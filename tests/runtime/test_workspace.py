@@ -77,6 +77,56 @@ def test_outputs_are_committed_only_with_the_params_they_ran_with(tmp_path, monk
     assert list(lock) == ["make_data"]        # nothing that ran after the switch is committed
 
 
+def test_instances_not_yet_started_fail_when_params_changed_since_the_plan(tmp_path, monkeypatch, caplog):
+    """Regression (CI, stop 49): an edit landing between two instances' starts made DVC raise
+    MissingParamsError out of the scheduler and broke the whole flow. Now an instance that starts
+    after the params file changed fails alone, with the reason, and is never run."""
+    from flows.runtime.dvc_bridge import DvcBridge
+
+    project = make_project(tmp_path / "proj", [M])
+    params = project.params_file(M)
+    commit = DvcBridge.commit
+
+    def commit_then_edit(self, addr):   # the edit lands right after make_data is committed
+        info = commit(self, addr)
+        if addr.endswith("make_data"):
+            params.write_text(params.read_text().replace("n: 3", "n: 4"))
+        return info
+
+    monkeypatch.setattr(DvcBridge, "commit", commit_then_edit)
+    with pytest.raises(runner.StageFailure) as failure:
+        run_in_temp_project(M, project.root)
+    outcome = failure.value.outcome
+    assert outcome.executed == ["make_data"]
+    assert sorted(outcome.failed) == ["square@0", "square@1"] and outcome.not_run == ["total"]
+    said = caplog.text   # the flow's prints go to the Prefect run logger
+    for name in ("square@0", "square@1"):   # failed before it started, not after it ran
+        assert f"{name} FAILED: ParamsChanged: {params} changed since the run planned" in said
+        assert f"will run {name}" not in said
+
+
+def test_a_dvc_error_while_checking_one_instance_fails_only_that_instance(tmp_path, monkeypatch):
+    """A half-written params.yaml makes DVC's own read raise; that instance fails, the flow goes on."""
+    from dvc.dependency.param import MissingParamsError
+
+    from flows.runtime.dvc_bridge import DvcBridge
+
+    project = make_project(tmp_path / "proj", [M])
+    status = DvcBridge.status
+
+    def status_torn_for_square_1(self, addr):
+        if addr.endswith("square@1"):
+            raise MissingParamsError("Parameters 'fanout.square.1' are missing from 'params.yaml'.")
+        return status(self, addr)
+
+    monkeypatch.setattr(DvcBridge, "status", status_torn_for_square_1)
+    with pytest.raises(runner.StageFailure) as failure:
+        run_in_temp_project(M, project.root)
+    outcome = failure.value.outcome
+    assert sorted(outcome.executed) == ["make_data", "square@0"]
+    assert outcome.failed == ["square@1"] and outcome.not_run == ["total"]
+
+
 @pytest.fixture(scope="module")
 def committed(tmp_path_factory):
     """A toy project whose every file is committed, so `git status` shows any write."""
