@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from components.common.io import read_json, read_table
+from components.common.io import load_torch, read_json, read_table
 from tests.dibilps.paper_layout import write_diffusionpde
 from tests.paper.harness import run_paper_shape
 
@@ -44,10 +44,7 @@ def test_dibilps_paper_profile_on_tiny_diffusers_models_and_diffusionpde_layout(
     for stage, name, arch in (("train_vae", "vae.pt", "DiffusersFieldVAE"),
                               ("train_latent_diffusion", "latent_unet.pt", "DiffusersLatentDenoiser"),
                               ("train_pixel_diffusion", "pixel_unet.pt", "DiffusersPixelUNet")):
-        import torch
-
-        blob = torch.load(result.out("dibilps", stage, "darcy") / name, weights_only=False)
-        assert blob["arch"] == arch
+        assert load_torch(result.out("dibilps", stage, "darcy") / name)["arch"] == arch
     assert result.metrics("dibilps", "encode_latents", "poisson")["latent_shape"] == [4, 8, 8]
 
     with np.load(result.out("dibilps", "infer", "poisson") / "preds.npz") as z:
