@@ -10,12 +10,15 @@ import torch.nn.functional as F
 
 from components.artist.policy import (TaskSet, forward_state, load_tasks, make_policy, rollout,
                                       sample_answers)
-from components.artist.rewards import (controller_reward, global_normalise, group_advantages,
+from components.artist.rewards import (controller_reward, global_normalise,
                                        reasoner_reward, trajectory_format, variance_guided_choice)
 from components.artist.views import action_windows, evidence_actions
 from components.common.io import load_torch, read_table, save_torch, write_table
+from components.common.rl import group_advantages
 from components.common.seeds import seed_everything
 from components.common.train import fit
+
+ADV_EPS = 1e-4   # the std guard this method's committed runs used (common's default is 1e-6)
 
 
 # ---------------------------------------------------------------- traces
@@ -140,7 +143,7 @@ def rl_step(model, ref, tasks: TaskSet, rl, views, step: int, rng: np.random.Gen
             error_reward=rl.format_error_reward, w_explore=rl.w_explore, anneal=rl.explore_anneal_steps,
             lo=rl.explore_min_segments, hi=rl.explore_max_segments))
     rewards = torch.tensor(rewards, dtype=torch.float32)
-    adv_c = global_normalise(group_advantages(rewards.view(q, k), rl.advantage)).flatten()
+    adv_c = global_normalise(group_advantages(rewards.view(q, k), rl.advantage, ADV_EPS)).flatten()
 
     model.train()
     # controller: trajectory-level credit on every decision of the trajectory (batch-normalised)
@@ -154,7 +157,7 @@ def rl_step(model, ref, tasks: TaskSet, rl, views, step: int, rng: np.random.Gen
     pick = torch.tensor([qi * k + variance_guided_choice(r_rewards[qi * k:(qi + 1) * k].numpy(),
                                                          rl.variance_temperature, rl.variance_eps, rng)
                          for qi in range(q)])
-    adv_r = group_advantages(r_rewards[pick], "grpo")                            # (q, n)
+    adv_r = group_advantages(r_rewards[pick], "grpo", ADV_EPS)                            # (q, n)
     _, ans = forward_state(model, tasks, idx[pick], chosen[pick])
     logp_r = F.log_softmax(ans / rl.reasoner_temperature, dim=1).gather(1, answers[pick])
     with torch.no_grad():

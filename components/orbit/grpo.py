@@ -22,16 +22,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from components.common import rl
 from components.orbit.healthbench import eval_predicate, reward_score
 
 
 # ---------------------------------------------------------------- advantages and loss
 def group_advantages(rewards: torch.Tensor, eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
     """rewards (G, n) -> (advantages (G, n), keep (G,) bool: groups whose rewards differ)."""
-    mean = rewards.mean(1, keepdim=True)
-    std = rewards.std(1, keepdim=True)   # unbiased, as torch.std in verl
-    keep = (rewards.max(1).values - rewards.min(1).values) > 1e-12
-    return (rewards - mean) / (std + eps), keep
+    return rl.group_advantages(rewards, "grpo", eps), rl.informative_groups(rewards)
 
 
 def clipped_token_mean_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
