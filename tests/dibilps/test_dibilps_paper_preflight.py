@@ -112,11 +112,10 @@ def test_paper_stages_declare_a_gpu_and_small_ones_do_not():
     assert all(s.resources.gpus("small") == 0 and "paper" in s.params for s in heavy.values())
 
 
-def test_matlab_v73_files_without_h5py_fail_in_preflight_naming_h5py(tmp_path):
+def test_matlab_v73_files_without_h5py_fail_in_preflight_naming_h5py(tmp_path, monkeypatch):
     from components.dibilps import paper_data
 
-    if paper_data._h5py() is not None:
-        pytest.skip("h5py is installed: v7.3 files are readable")
+    monkeypatch.setattr(paper_data, "_h5py", lambda: None)   # as on a machine without it
     root = tmp_path / "dpde"
     write_mat(root / "training" / "darcy" / "darcy_1.mat", "darcy", *fields("darcy", 2, 8, 0))
     (root / "testing").mkdir()
@@ -126,3 +125,24 @@ def test_matlab_v73_files_without_h5py_fail_in_preflight_naming_h5py(tmp_path):
         paper(data={"pdes": ["darcy"]}, paper={"data_root": str(root)}).preflight()
     assert err.value.key == "paper.data_root" and "needs h5py" in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_matlab_v73_files_are_read_with_matlab_s_axis_order(tmp_path):
+    """The published Darcy files are HDF5 behind MATLAB's text header (a 512-byte userblock),
+    with each array stored axes-reversed; read_mat gives back (N, S, S) as MATLAB sees it."""
+    h5py = pytest.importorskip("h5py")
+    from components.dibilps import paper_data
+
+    u, a = fields("darcy", 3, 8, 0)
+    a[:, 0, 1] = 7.0                     # marks (row 0, column 1): a transposed read moves it
+    path = tmp_path / "darcy.mat"
+    a_key, u_key = paper_data.MAT_KEYS["darcy"]
+    with h5py.File(path, "w", userblock_size=512) as f:
+        f[a_key] = a.transpose(2, 1, 0)
+        f[u_key] = u.transpose(2, 1, 0)
+    with open(path, "r+b") as fh:
+        fh.write(b"MATLAB 7.3 MAT-file, Platform: GLNXA64, Created on: Tue Dec  1 2026 HDF5 schema 1.00 .")
+    assert paper_data.is_v73(path)
+    got = paper_data.read_mat(path, (a_key, u_key))
+    np.testing.assert_array_equal(got[a_key], a)
+    np.testing.assert_allclose(got[u_key], u, rtol=1e-6)   # read as float32
