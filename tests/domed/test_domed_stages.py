@@ -1,5 +1,7 @@
 """Stage functions run directly with LocalContext: data layout, the shortcut's construction
 and test-domain isolation."""
+import shutil
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -86,22 +88,23 @@ def _poison_test_domain(built, root):
         table.loc[test_rows, "x"] = pd.Series([np.full(width, np.nan, dtype=np.float32)] * int(test_rows.sum()),
                                               index=table.index[test_rows])
         write_table(root / data.table_name(benchmark), table)
+        shutil.copy(built / data.names_file(benchmark), root / data.names_file(benchmark))
     return root
 
 
 def test_no_test_domain_data_reaches_training_or_selection(built, cfg, tmp_path):
     poisoned = _poison_test_domain(built, tmp_path / "build_domains")
     item = {"benchmark": "spurious_digits", "seed": 0}
-    key = train.instance_key("spurious_digits", 0)
-    allocation.allocate_stage(declared(cfg, "allocate"), LocalContext(out_dir=tmp_path / "allocate"))
+    allocation.allocate_stage(declared(cfg, "allocate"), LocalContext(out_dir=tmp_path / "allocate",
+                                                                      inputs={"build_domains": poisoned}))
     base = {"build_domains": poisoned, "allocate": tmp_path / "allocate"}
     ctxs = {}
     for name, func, extra in [
         ("train_teachers", train.train_teachers_stage, {}),
         ("train_erm", train.train_erm_stage, {}),
         ("teacher_predict", train.teacher_predict_stage,
-         {"train_teachers": {key: tmp_path / "train_teachers"}, "train_erm": {key: tmp_path / "train_erm"}}),
-        ("train_student", train.train_student_stage, {"teacher_predict": {key: tmp_path / "teacher_predict"}}),
+         {"train_teachers": tmp_path / "train_teachers", "train_erm": tmp_path / "train_erm"}),   # item_deps
+        ("train_student", train.train_student_stage, {"teacher_predict": tmp_path / "teacher_predict"}),
     ]:
         ctxs[name] = LocalContext(out_dir=tmp_path / name, inputs={**base, **extra}, item=item)
         func(declared(cfg, name), ctxs[name])
