@@ -155,3 +155,14 @@ def test_digit_noise_leaves_the_shortcut_ring_dark(cfg):
     assert (noisy["x"][:, ring] == 0).all()
     assert not np.allclose(clean["x"], noisy["x"]) and (noisy["x"] >= 0).all() and (noisy["x"] <= 1).all()
     np.testing.assert_array_equal(clean["shortcut"], noisy["shortcut"])
+
+
+def test_premise_ratio_is_undefined_not_a_crash_when_a_teacher_misses_all_its_validation_rows():
+    # paper-shape runs train random tiny ResNets for a few steps: 0 % own-domain validation
+    # accuracy happened, and the ratio divided by zero (teacher_predict failed)
+    logits = torch.tensor([[[0.0, 5.0]], [[5.0, 0.0]]])      # one teacher: its val row wrong, unseen row right
+    labels = torch.tensor([0, 0])
+    mask, is_val = torch.tensor([[False], [True]]), torch.tensor([True, False])
+    out = train.teacher_diagnostics(logits, mask, labels, is_val)
+    assert out["teacher_acc_seen_val"] == 0.0 and out["teacher_acc_unseen"] == 1.0
+    assert np.isnan(out["premise_acc_ratio"])
