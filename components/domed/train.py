@@ -44,6 +44,25 @@ def batch_stream(n: int, batch_size: int, seed: int):
                 yield chunk
 
 
+def domain_batches(domains: np.ndarray, per_domain: int, seed: int):
+    """DomainBed's minibatches: ``per_domain`` rows from every domain present, each domain's
+    rows reshuffled every epoch on their own. Yields positions into ``domains``."""
+    streams = []
+    for d in np.unique(domains):
+        rows = torch.as_tensor(np.flatnonzero(domains == d))
+        if len(rows) < per_domain:   # batch_stream would never yield a full batch
+            raise ValueError(f"domain {d} has {len(rows)} training rows, fewer than the {per_domain} a batch takes")
+        streams.append((rows, batch_stream(len(rows), per_domain, seed + int(d))))
+    while True:
+        yield torch.cat([rows[next(stream)] for rows, stream in streams])
+
+
+def training_batches(cfg, train: Split, seed: int):
+    if cfg.optim.per_domain_batch:
+        return domain_batches(train.domain, cfg.optim.batch_size, seed)
+    return batch_stream(len(train.y), cfg.optim.batch_size, seed)
+
+
 def train_model(cfg, train: Split, val: Split, loss_fn, steps: int, seed: int, ctx=None,
                 prefix: str = "train", n_classes: int = 10) -> tuple[torch.nn.Module, float]:
     """Fit a fresh model; ``loss_fn(model, rows)`` gets positions into ``train``. Returns the
@@ -60,7 +79,7 @@ def train_model(cfg, train: Split, val: Split, loss_fn, steps: int, seed: int, c
         return {f"{prefix}/val_acc": acc}
 
     optimizer = make_optimizer(model.parameters(), name="adam", lr=cfg.optim.lr)
-    fit(model, batch_stream(len(train.y), cfg.optim.batch_size, seed), loss_fn, steps=steps,
+    fit(model, training_batches(cfg, train, seed), loss_fn, steps=steps,
         optimizer=optimizer, grad_clip=cfg.optim.grad_clip, ctx=ctx, log_every=cfg.optim.eval_every,
         eval_fn=select, eval_every=cfg.optim.eval_every, prefix=prefix)
     model.load_state_dict(best["state"])

@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.paper_shape, pytest.mark.slow]
 DOMAINS, CLASSES = ["art_painting", "cartoon", "photo"], ["dog", "guitar", "house"]
 METHODS = ("erm", "erm_ts", "ensemble", "domed", "domed_beta0", "end2_only", "kd_seen")
 SHRINK = ["seeds=[0]", "data.benchmarks=[PACS]", "data.image_size=32", "data.loader_threads=2",
-          "model.device=cpu", "model.predict_batch=16", "optim.batch_size=8", "optim.teacher_steps=2",
+          "model.device=cpu", "model.predict_batch=16", "optim.batch_size=4", "optim.teacher_steps=2",
           "optim.steps=3", "optim.eval_every=1", "baselines.n_ensemble=2"]
 
 

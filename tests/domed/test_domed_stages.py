@@ -166,3 +166,15 @@ def test_premise_ratio_is_undefined_not_a_crash_when_a_teacher_misses_all_its_va
     out = train.teacher_diagnostics(logits, mask, labels, is_val)
     assert out["teacher_acc_seen_val"] == 0.0 and out["teacher_acc_unseen"] == 1.0
     assert np.isnan(out["premise_acc_ratio"])
+
+
+def test_domain_batches_take_the_same_number_of_rows_from_every_domain():
+    domains = np.array([0] * 7 + [2] * 5 + [3] * 9)
+    stream = train.domain_batches(domains, per_domain=3, seed=0)
+    batches = [next(stream) for _ in range(6)]
+    for batch in batches:
+        assert np.bincount(domains[batch.numpy()], minlength=4).tolist() == [3, 0, 3, 3]
+    again = train.domain_batches(domains, per_domain=3, seed=0)
+    assert all(torch.equal(b, next(again)) for b in batches)                 # seeded
+    with pytest.raises(ValueError, match="domain 2 has 5 training rows"):
+        next(train.domain_batches(domains, per_domain=6, seed=0))
