@@ -333,3 +333,21 @@ def test_masked_kl_is_zero_for_equal_policies_and_has_finite_gradients():
     assert float(kl) == pytest.approx(0.0, abs=1e-6)
     (masked_kl(logits, ref + torch.tensor([[1.0, 0, 0, 0, 0]]))).sum().backward()
     assert torch.isfinite(logits.grad).all()
+
+
+def test_pointer_head_maps_each_coarse_token_to_the_windows_it_covers():
+    """Coarse token q (of 4) scores fine windows 4q..4q+3 and quarter q; STOP gets nothing."""
+    from components.artist.model import ArtistPolicy
+    from components.artist.policy import forward_state
+
+    model = ArtistPolicy(n_actions=NF + NQ, budget=B, max_views=5, patch=B // 4, n_fine=NF, n_quarters=NQ).eval()
+    with torch.no_grad():
+        model.controller_head.weight.zero_()
+        model.controller_head.bias.zero_()
+    q = torch.arange(4.0)[:, None]
+    marks = torch.cat([10 * q + torch.arange(4.0)[None], 10 * q + 4], dim=1)        # (4 tokens, 5)
+    model.pointer.register_forward_hook(lambda m, i, o: marks.expand_as(o))
+    tasks = _taskset(np.random.default_rng(0).normal(size=(2, 1024)))
+    ctrl, _ = forward_state(model, tasks, torch.arange(2), torch.full((2, 4), -1, dtype=torch.long))
+    expect = [10 * (w // 4) + w % 4 for w in range(NF)] + [10 * k + 4 for k in range(NQ)] + [0]
+    torch.testing.assert_close(ctrl, torch.tensor([expect] * 2, dtype=torch.float32))
