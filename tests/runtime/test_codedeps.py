@@ -1,8 +1,6 @@
 """Code deps: a stage depends on the components/ files it imports, transitively."""
 from __future__ import annotations
 
-import pytest
-
 from flows.runtime import pipeline, registry
 from flows.runtime.codedeps import component_files
 from flows.runtime.testing import REPO_ROOT
@@ -62,29 +60,28 @@ def test_the_committed_pipelines_use_import_deps():
     assert "../../components/linrnn/filters.py" in text and "- ../../components/common\n" not in text
 
 
-@pytest.mark.smoke
 def test_editing_one_common_module_stales_only_the_stages_that_import_it(tmp_path):
     """linrnn's exact filter check imports no RL code: an edit to components/common/rl.py
-    leaves it up to date, an edit to its own filters.py stales it, and status names the file."""
-    from flows.runtime import runner
+    leaves it up to date, an edit to its own filters.py stales it, and status names the file.
+    (The stage runs in-process and is committed to DVC as ``repro exec`` + a run would.)"""
+    from flows.runtime import execute, runner
     from flows.runtime.dvc_bridge import DvcBridge
-    from flows.runtime.testing import make_project, run_in_temp_project
+    from flows.runtime.testing import make_project
 
     project = make_project(tmp_path / "proj", ["linrnn"])
-    only = runner.Selection(only=frozenset({"verify_exact"}))
-    assert run_in_temp_project("linrnn", project.root, selection=only).executed == ["verify_exact"]
+    method = registry.get("linrnn")
+    runner.prepare(project, method, "smoke", pipeline.build_config(method, "smoke"))
+    execute.run_stage(project, "linrnn", "verify_exact")
     addr = f"{project.pipeline_file('linrnn')}:verify_exact"
-
-    def staleness():
-        bridge = DvcBridge(project.root)
-        try:
-            return bridge.status(addr)
-        finally:
-            bridge.close()
-
-    with open(project.root / "components/common/rl.py", "a") as f:
-        f.write("\n# an edit to code verify_exact does not import\n")
-    assert staleness().up_to_date
-    with open(project.root / "components/linrnn/filters.py", "a") as f:
-        f.write("\n# an edit to code it does import\n")
-    assert "code: components/linrnn/filters.py modified" in staleness().reasons
+    bridge = DvcBridge(project.root)
+    try:
+        bridge.commit(addr)
+        assert bridge.status(addr).up_to_date
+        with open(project.root / "components/common/rl.py", "a") as f:
+            f.write("\n# an edit to code verify_exact does not import\n")
+        assert bridge.status(addr).up_to_date
+        with open(project.root / "components/linrnn/filters.py", "a") as f:
+            f.write("\n# an edit to code it does import\n")
+        assert "code: components/linrnn/filters.py modified" in bridge.status(addr).reasons
+    finally:
+        bridge.close()
