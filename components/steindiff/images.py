@@ -152,7 +152,8 @@ def sample_images_stage(cfg, ctx) -> None:
     for done, (n_steps, correction) in enumerate(plan, start=1):
         sigmas = make_sigmas(s.schedule, n_steps, s.sigma_min, s.sigma_max, s.rho)
         name = f"N{n_steps}_{correction}"
-        writer, start, rows = UInt8Writer(ctx.out_dir / "samples" / f"{name}.npy", p.n_images), time.perf_counter(), []
+        writer = UInt8Writer(ctx.out_dir / "samples" / f"{name}.npy", p.n_images)
+        start, rows = time.perf_counter(), []
         for batch, size in enumerate(sizes):
             gen = batch_generator(seed, n_steps, batch)
             x = s.sigma_max * torch.randn((size, *denoiser.sample_shape), generator=gen)
@@ -175,7 +176,8 @@ def sample_images_stage(cfg, ctx) -> None:
         ctx.progress(done, len(plan), f"{DATASET} {solver} seed {seed}: {name} {wall:.1f}s")
     write_json_atomic(ctx.out_dir / "runs.json", runs)
     if gamma_rows:
-        write_table(ctx.out_dir / "gammas.parquet", {k: [r[k] for r in gamma_rows] for k in gamma_rows[0]})
+        write_table(ctx.out_dir / "gammas.parquet",
+                    {k: [r[k] for r in gamma_rows] for k in gamma_rows[0]})
     missing = [r["file"] for r in runs if not (ctx.out_dir / r["file"]).exists()]
     if missing:
         raise RuntimeError(f"{DATASET} {solver} seed {seed}: outputs vanished: {missing}")

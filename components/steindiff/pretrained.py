@@ -79,7 +79,7 @@ def preflight_paper(paper) -> None:
     elif unet_config.get("in_channels", 3) != 3:
         raise PreflightError("paper.vae", paper.vae, "a diffusers VQModel / AutoencoderKL folder",
                              f"is not set but the UNet has {unet_config['in_channels']} input "
-                             "channels (a latent model)", )
+                             "channels (a latent model)")
     require_checkpoint("paper.feature_model", paper.feature_model,
                        "a transformers vision encoder folder (DINOv2 for FD-DINOv2: config.json + "
                        "model.safetensors)")
@@ -143,8 +143,9 @@ class UNetDenoiser(nn.Module):
     """``D(x, σ)`` around a diffusers UNet2DModel; inputs and outputs stay in the sampler's
     dtype, the UNet runs in its own (fp32 or bf16)."""
 
-    def __init__(self, unet: nn.Module, parameterization: str, alphas_cumprod: torch.Tensor | None = None,
-                 prediction_type: str = "epsilon", sigma_data: float = 0.5, time_scale: float = 1.0):
+    def __init__(self, unet: nn.Module, parameterization: str,
+                 alphas_cumprod: torch.Tensor | None = None, prediction_type: str = "epsilon",
+                 sigma_data: float = 0.5, time_scale: float = 1.0):
         super().__init__()
         if parameterization not in ("vp_eps", "edm"):
             raise ValueError(f"unknown parameterization {parameterization!r} (vp_eps, edm)")
@@ -195,9 +196,13 @@ def load_scheduler_alphas(path: Path) -> tuple[torch.Tensor, str]:
     return scheduler.alphas_cumprod.clone(), config.get("prediction_type", "epsilon")
 
 
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
 def load_unet_denoiser(paper, device: torch.device, dtype: torch.dtype) -> UNetDenoiser:
     layout = resolve_layout(Path(paper.checkpoint).expanduser(), paper.vae)
-    unet = load_model(layout.unet, "diffusers", device=str(device), dtype=str(dtype).removeprefix("torch."))
+    unet = load_model(layout.unet, "diffusers", device=str(device), dtype=_dtype_name(dtype))
     for p in unet.parameters():       # only the input needs gradients (divergence)
         p.requires_grad_(False)
     alphas, prediction = (load_scheduler_alphas(layout.scheduler_config)
@@ -210,7 +215,7 @@ def load_autoencoder(paper, device: torch.device, dtype: torch.dtype):
     layout = resolve_layout(Path(paper.checkpoint).expanduser(), paper.vae)
     if layout.autoencoder is None:
         return None
-    vae = load_model(layout.autoencoder, "diffusers", device=str(device), dtype=str(dtype).removeprefix("torch."))
+    vae = load_model(layout.autoencoder, "diffusers", device=str(device), dtype=_dtype_name(dtype))
     for p in vae.parameters():
         p.requires_grad_(False)
     return vae
