@@ -125,7 +125,7 @@ class Paper(Section):
 
 
 class OrbitConfig(MethodConfig):
-    seeds: list[int] = [0, 1, 2]
+    seeds: list[int] = [3, 4, 5]         # pre-registered v2 seeds (v1 used 0-2)
     cases: Cases = Cases()
     rubrics: Rubrics = Rubrics()
     policy: PolicySection = PolicySection()
