@@ -10,7 +10,10 @@ def test_orbit_smoke_end_to_end(tmp_path):
     from components.common.io import read_json, read_table
     from flows.runtime.testing import run_in_temp_project
 
-    result = run_in_temp_project("orbit", tmp_path / "project", profile="smoke")
+    # 30 GRPO steps of 4 x 4 rollouts at lr 1e-3 sit inside the noise; a stronger step makes the
+    # "RL moves the policy" check meaningful at smoke size (the small profile keeps lr 1e-3)
+    grpo = {"grpo": {"lr": 3e-3, "steps": 40}}
+    result = run_in_temp_project("orbit", tmp_path / "project", profile="smoke", overrides=grpo)
 
     cases = result.metrics("orbit", "build_cases")
     assert (cases["n_train"], cases["n_test"]) == (60, 30) and cases["n_seed_pool"] > 0
@@ -43,5 +46,5 @@ def test_orbit_smoke_end_to_end(tmp_path):
     assert (result.out("orbit", "report") / "axis_table.md").exists()
     assert (result.out("orbit", "report") / "scores.png").exists()
 
-    again = run_in_temp_project("orbit", tmp_path / "project", profile="smoke")
+    again = run_in_temp_project("orbit", tmp_path / "project", profile="smoke", overrides=grpo)
     assert again.executed == []
