@@ -1,6 +1,7 @@
 """Params of the linrnn reproduction. Defaults are the ``small`` profile."""
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
 from components.common.config import MethodConfig, Section
@@ -70,16 +71,26 @@ class RingWorld(Section):
     auc_bins: int = 20               # the learning curve is averaged in this many env-step bins
 
 
+# Variant names (kept here, free of torch, so that the preflight adds no code dependency)
+FILTER_VARIANTS = ("memoryless", "lof_direct", "lof_softmax", "alf_direct", "alf_softmax")
+RECURRENT_VARIANT = re.compile(r"^(s5|deep_alf)_h(\d+)$")
+
+
+def parse_recurrent(variant: str) -> tuple[str, int] | None:
+    """``s5_h256`` -> ("s5", 256); ``deep_alf_h12`` -> ("deep_alf", 12); else None."""
+    match = RECURRENT_VARIANT.match(variant)
+    return (match.group(1), int(match.group(2))) if match else None
+
+
+def known_variant(variant: str) -> bool:
+    return variant == "lru" or variant in FILTER_VARIANTS or parse_recurrent(variant) is not None
+
+
 PAPER_VARIANTS = ["memoryless", "lof_direct", "lof_softmax", "alf_direct", "alf_softmax",
                   "deep_alf_h12", "s5_h12", "s5_h256"]
 
 
 def check_ringworld(p: RingWorld) -> None:
-    from components.common.devices import resolve_device
-    from components.linrnn.ppo import known_variant
-    from components.linrnn.recurrent import parse_recurrent
-    from components.linrnn.ringworld import RingSpec
-
     for variant in p.variants:
         if not known_variant(variant):
             raise ValueError(f"ringworld.variants: unknown variant {variant!r}; choose memoryless, "
@@ -90,14 +101,12 @@ def check_ringworld(p: RingWorld) -> None:
                              "(S5 keeps conjugate pairs)")
         if kind == "deep_alf" and size < 1:
             raise ValueError(f"ringworld.variants: {variant!r} needs a state size >= 1")
-    try:
-        resolve_device(p.device)
-    except RuntimeError as err:
-        raise ValueError(f"ringworld.device: {err}") from None
-    try:
-        RingSpec(p)
-    except ValueError as err:
-        raise ValueError(f"ringworld.min_start_moves / goals / traps: {err}") from None
+    if p.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError(f"ringworld.device: {p.device!r} requested but no CUDA device is visible "
+                             "(set it to 'auto' or 'cpu')")
 
 
 class LinrnnConfig(MethodConfig):
@@ -131,6 +140,6 @@ class LinrnnConfig(MethodConfig):
     }
 
     def preflight(self) -> None:
-        """Unknown variants, an odd S5 size, an unusable device or a RingWorld without
-        starts fail here, in one line naming the key, before any stage runs."""
+        """Unknown variants, an odd S5 size or an unusable device fail here, in one line
+        naming the key, before any stage runs."""
         check_ringworld(self.ringworld)

@@ -27,8 +27,9 @@ from components.common.devices import resolve_device
 from components.common.io import save_torch, write_table
 from components.common.rl import gae, ppo_loss
 from components.common.seeds import seed_everything
-from components.linrnn.recurrent import DeepALFPolicy, S5Policy, parse_recurrent
-from components.linrnn.ringworld import FILTER_VARIANTS, MOVES, FilterFeatures, RingSpec, RingWorld
+from components.linrnn.config import FILTER_VARIANTS, parse_recurrent
+from components.linrnn.recurrent import DeepALFPolicy, S5Policy
+from components.linrnn.ringworld import MOVES, FilterFeatures, RingSpec, RingWorld
 
 N_ACTIONS = len(MOVES)
 
@@ -149,10 +150,6 @@ def init_parameters(model: nn.Module, rng: np.random.Generator) -> None:
                 for param in (module.weight, module.bias):
                     if param is not None:
                         param.copy_(torch.from_numpy(rng.uniform(-bound, bound, param.shape)))
-
-
-def known_variant(variant: str) -> bool:
-    return variant == "lru" or variant in FILTER_VARIANTS or parse_recurrent(variant) is not None
 
 
 def build(variant: str, spec: RingSpec, p, rng: np.random.Generator):

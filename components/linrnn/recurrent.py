@@ -18,20 +18,12 @@ step at a time (collection). All parameters are drawn from the run's numpy gener
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 import torch
 from torch import nn
 
-RECURRENT_VARIANT = re.compile(r"^(s5|deep_alf)_h(\d+)$")
 DT_MIN, DT_MAX = 1e-3, 1e-1          # S5's range for the initial discretisation steps
-
-
-def parse_recurrent(variant: str) -> tuple[str, int] | None:
-    """``s5_h256`` -> ("s5", 256); ``deep_alf_h12`` -> ("deep_alf", 12); else None."""
-    match = RECURRENT_VARIANT.match(variant)
-    return (match.group(1), int(match.group(2))) if match else None
 
 
 def affine_scan(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor, diagonal: bool = True) -> torch.Tensor:

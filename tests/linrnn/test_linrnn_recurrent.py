@@ -6,8 +6,8 @@ import torch
 
 from components.linrnn.config import LinrnnConfig
 from components.linrnn.ppo import MLPHead, N_ACTIONS, InputFeatures, build, train_ppo
-from components.linrnn.recurrent import (DeepALFPolicy, S5Policy, affine_scan, hippo_diagonal,
-                                         parse_recurrent)
+from components.linrnn.config import parse_recurrent
+from components.linrnn.recurrent import DeepALFPolicy, S5Policy, affine_scan, hippo_diagonal
 from components.linrnn.ringworld import MOVES, FilterFeatures, RingSpec
 
 
