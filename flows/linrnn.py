@@ -8,7 +8,8 @@ from flows.runtime.dag import Method, Resources, Stage
 
 M = "components.linrnn"
 # Paper profile: the recurrent memories (S5, Deep ALF) train on a GPU; these are small models,
-# so Ray packs four runs of the variant x seed fan-out on one device. None in smoke/small.
+# so four runs of the variant x seed fan-out share one device (Ray, and the local executor's
+# fractional GPU slots). None in smoke/small.
 TRAIN_RESOURCES = Resources(num_cpus=1, num_gpus={"paper": 0.25})
 
 METHOD = Method(
