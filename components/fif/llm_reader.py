@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from components.common.openai_client import OpenAIClient, parse_json_reply
+from components.common.openai_client import EndpointError, OpenAIClient, parse_json_reply
 from components.fif.reader import Candidate, Judgement, n_tokens
 
 SYSTEM = ("You are one step of a multi-hop retrieval agent over a corpus of web pages split into "
@@ -50,8 +50,6 @@ class UsageClient(OpenAIClient):
         try:
             return reply["choices"][0]["message"]["content"], dict(reply.get("usage") or {})
         except (KeyError, IndexError, TypeError):
-            from components.common.openai_client import EndpointError
-
             raise EndpointError(f"{self.base_url}: reply has no choices[0].message.content") from None
 
 
@@ -70,7 +68,7 @@ class LLMReader:
     tokens_out: int = 0
     usd: float = 0.0
     endpoint_calls: int = 0
-    bad_replies: int = 0
+    bad_replies: int = 0             # replies without the JSON the role asks for (read as "no")
     nearmiss_accepted: int = 0       # the offline reader's diagnostic; an LLM's errors are not labelled
     cache: dict[str, Any] = field(default_factory=dict)
 
@@ -79,7 +77,7 @@ class LLMReader:
         reply = self._ask(PLAN.format(query=query))
         subs = reply.get("subqueries") if isinstance(reply, dict) else None
         if not (isinstance(subs, list) and subs and all(isinstance(s, str) and s.strip() for s in subs)):
-            self.bad_replies += reply is not None
+            self.bad_replies += 1
             return [query]
         return [s.strip() for s in subs[:3]]
 
@@ -106,7 +104,7 @@ class LLMReader:
     # --- parsing ----------------------------------------------------------------------------
     def _judgement(self, reply: Any, cands: list[Candidate]) -> Judgement:
         if not isinstance(reply, dict) or not isinstance(reply.get("answerable"), bool):
-            self.bad_replies += reply is not None
+            self.bad_replies += 1
             return Judgement(False)
         index = reply.get("index")
         if not reply["answerable"]:
@@ -122,7 +120,7 @@ class LLMReader:
     def _indices(self, reply: Any, key: str, n: int) -> list[int]:
         values = reply.get(key) if isinstance(reply, dict) else None
         if not isinstance(values, list):
-            self.bad_replies += reply is not None
+            self.bad_replies += 1
             return []
         return list(dict.fromkeys(v for v in values if isinstance(v, int) and 0 <= v < n))
 

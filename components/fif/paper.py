@@ -58,6 +58,9 @@ def preflight_paper(cfg) -> None:
         require_tokenizer("embed.embedder", cfg.embed.embedder, ENCODER_LAYOUT)
     if cfg.retrieve.reader not in ("reader", "openai"):
         raise ValueError(f"retrieve.reader must be reader (offline) or openai (got {cfg.retrieve.reader!r})")
+    if cfg.corpus.source == "local" and cfg.retrieve.reader == "reader":
+        raise ValueError("retrieve.reader = reader (offline) reads only SynthWiki's sentence templates; "
+                         "set retrieve.reader = openai for a local benchmark")
     if cfg.retrieve.reader == "openai":
         if not p.reader_base_url.startswith(("http://", "https://")):
             raise PreflightError("paper.reader_base_url", p.reader_base_url,

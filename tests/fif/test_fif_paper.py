@@ -68,6 +68,10 @@ def test_missing_encoder_and_endpoint_are_named(tmp_path, benchmark):
         _paper(tmp_path, corpus={"data_root": str(benchmark)}, embed={"embedder": str(tiny_clip)},
                paper={"reader_base_url": "http://127.0.0.1:1/v1"})
     assert "paper.reader_model" in _one_line_error(err)
+    with pytest.raises(SystemExit) as err:  # the offline reader would silently answer nothing
+        _paper(tmp_path, corpus={"data_root": str(benchmark)}, embed={"embedder": str(tiny_clip)},
+               retrieve={"reader": "reader"})
+    assert "retrieve.reader" in _one_line_error(err)
     cfg = _paper(tmp_path, corpus={"data_root": str(benchmark)}, embed={"embedder": str(tiny_clip)},
                  paper={"reader_base_url": "http://127.0.0.1:1/v1", "reader_model": "m", "device": "cpu"})
     assert cfg.seeds == [0] and cfg.dev_seeds == [] and cfg.retrieve.reader == "openai"
@@ -132,7 +136,7 @@ def test_llm_reader_treats_a_reply_without_json_as_unanswerable():
     reader = LLMReader(Garbage())
     assert not reader.judge("Who founded X?", [Candidate("X was founded by Y.", ["Y"])]).answerable
     assert reader.plan("Who founded X?") == ["Who founded X?"]
-    assert reader.calls == 2 and reader.tokens_in > 0          # no usage reported: estimated
+    assert reader.calls == 2 and reader.bad_replies == 2 and reader.tokens_in > 0   # no usage: estimated
 
 
 def test_clip_encoder_embeds_texts_and_images_in_one_space(benchmark, tiny_clip):
@@ -147,3 +151,16 @@ def test_clip_encoder_embeds_texts_and_images_in_one_space(benchmark, tiny_clip)
     assert emb.shape == (4, 16) and np.allclose(np.linalg.norm(emb, axis=1), 1, atol=1e-5)
     assert np.allclose(emb[0], emb[2]) and not np.allclose(emb[1], enc.encode(["a statue"])[0])
     assert len(enc.cache) == 3                                    # memoised by text
+
+
+def test_every_relevant_component_of_a_query_counts():
+    """A benchmark query may have several relevant components (one qrels row each); the old
+    evaluator kept only the last row, so a hit on the first one scored 0."""
+    from components.fif.evaluate import qrels_by_query, score_runs
+
+    qrels = qrels_by_query({"qid": ["q0", "q0", "q1"], "comp_id": [4, 9, 2]})
+    assert qrels == {"q0": {4, 9}, "q1": {2}}
+    runs = {"method": ["fif", "fif"], "qid": ["q0", "q1"], "ranked": [[4, 1], [7, 2]], "calls": [1, 1],
+            "tokens": [5, 5], "latency_s": [0.0, 0.0]}
+    scores = score_runs(runs, qrels)["fif"]
+    assert scores["R@1"] == 50.0 and scores["R@2"] == 100.0 and scores["MRR@10"] == 75.0
