@@ -16,11 +16,13 @@ METHOD = Method(
                           "hidden evidence segments"),
         Stage("build_sft_traces", f"{M}.train:build_sft_traces_stage", params=("views", "traces"),
               deps=("generate_tasks",),
-              description="Oracle evidence windows then STOP, with distractor detours"),
+              description="Every candidate window (real and decoy, shuffled) then STOP; premise: "
+                          "the coarse view points at the candidates (val)"),
         Stage("sft", f"{M}.train:sft_stage", params=("views", "model", "sft", "seeds"),
               deps=("generate_tasks", "build_sft_traces"), fan_out={"seed": "seeds"},
               resources=Resources(num_cpus=1),
-              description="Imitate the traces: controller CE on windows/STOP + reasoner CE on answers"),
+              description="Imitate the traces: controller CE on windows/STOP + reasoner CE on answers; "
+                          "premise: reasoner accuracy on oracle windows (val)"),
         Stage("rl", f"{M}.train:rl_stage", params=("views", "model", "rl", "seeds"),
               deps=("generate_tasks", "sft"), fan_out={"seed": "seeds"}, resources=Resources(num_cpus=1),
               description="Hierarchical policy optimisation: consistency-rewarded controller (GRPO), "
@@ -36,7 +38,8 @@ METHOD = Method(
               resources=Resources(num_cpus=1),
               description="Accuracy, macro-F1, fraction read, rounds per family; random / oracle "
                           "controllers, stats+GBM, uniform guess"),
-        Stage("report", f"{M}.report:report_stage", params=("data",), deps=("evaluate",),
-              description="CLAIMS.md criteria over seeds, table, plot"),
+        Stage("report", f"{M}.report:report_stage", params=("data",),
+              deps=("evaluate", "sft", "build_sft_traces"),
+              description="CLAIMS.md premises and criteria over seeds, table, plot"),
     ),
 )

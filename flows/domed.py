@@ -5,12 +5,17 @@ single-domain teachers, distillation of each sample from the teachers that never
 decoupled Dirichlet (EnD^2) term, baselines at equal step budget. Stages fan out over
 benchmark x seed and loop over the test domains inside (few, longer instances: the runtime's
 per-instance cost dominates at this size); teachers are shared across variants.
+Paper profile: the DomainBed datasets from a local root and a transformers ResNet-50, through
+the same stages; each training / prediction instance then asks Ray for one GPU. Downstream
+instances depend on their own (benchmark, seed) item only (``item_deps``), so DVC hashes one
+item's models per instance, not every instance's (GBs of ResNet states at paper scale).
 """
 from flows.runtime.dag import Method, Resources, Stage
 
 M = "components.domed"
 FOLD = {"benchmark": "data.benchmarks", "seed": "seeds"}
-ONE_CPU = Resources(num_cpus=1)
+# ResNet-50 training and prediction at 224 px want a GPU in the paper profile; none otherwise
+GPU_IN_PAPER = Resources(num_cpus=1, num_gpus={"paper": 1})
 
 METHOD = Method(
     name="domed",
@@ -19,29 +24,32 @@ METHOD = Method(
     config=f"{M}.config:DomedConfig",
     stages=(
         Stage("build_domains", f"{M}.data:build_domains_stage", params=("data",),
-              description="SpuriousDigits and RotatedDigits: 6 domains each, with in/out splits"),
+              description="SpuriousDigits and RotatedDigits (6 domains each) or the DomainBed datasets' file index, with in/out splits"),
         Stage("allocate", f"{M}.allocation:allocate_stage", params=("data", "allocation"),
+              deps=("build_domains",),
               description="Teacher domain subsets tau_m and unseen teachers U(d) per fold"),
         Stage("train_teachers", f"{M}.train:train_teachers_stage",
               params=("data", "model", "optim", "seeds"), deps=("build_domains", "allocate"),
-              fan_out=FOLD, resources=ONE_CPU,
+              fan_out=FOLD, resources=GPU_IN_PAPER,
               description="One ERM teacher per source domain"),
         Stage("train_erm", f"{M}.train:train_erm_stage",
               params=("data", "model", "optim", "baselines", "seeds"), deps=("build_domains",),
-              fan_out=FOLD, resources=ONE_CPU,
+              fan_out=FOLD, resources=GPU_IN_PAPER,
               description="Deep ensemble of ERMs on all sources (member 0 = ERM) + temperature"),
         Stage("teacher_predict", f"{M}.train:teacher_predict_stage",
               params=("data", "model", "seeds"),
-              deps=("build_domains", "train_teachers", "train_erm"), fan_out=FOLD, resources=ONE_CPU,
+              deps=("build_domains", "train_teachers", "train_erm"), item_deps=("train_teachers", "train_erm"),
+              fan_out=FOLD, resources=GPU_IN_PAPER,
               description="Teacher logits on source rows with the per-sample unseen-teacher mask"),
         Stage("train_student", f"{M}.train:train_student_stage",
               params=("data", "model", "optim", "student", "seeds"),
-              deps=("build_domains", "teacher_predict"),
-              fan_out=FOLD, resources=ONE_CPU,
+              deps=("build_domains", "teacher_predict"), item_deps=("teacher_predict",),
+              fan_out=FOLD, resources=GPU_IN_PAPER,
               description="DomED and distillation baselines (beta=0, EnD2-only, seen-domain KD)"),
         Stage("evaluate", f"{M}.evaluate:evaluate_stage",
               params=("data", "model", "student", "evaluation", "seeds"),
-              deps=("build_domains", "train_erm", "train_student"), fan_out=FOLD, resources=ONE_CPU,
+              deps=("build_domains", "train_erm", "train_student"), item_deps=("train_erm", "train_student"),
+              fan_out=FOLD, resources=GPU_IN_PAPER,
               description="acc, NLL, ECE, PRR, AUROC on the held-out domain"),
         Stage("aggregate", f"{M}.evaluate:aggregate_stage", params=("data", "evaluation", "seeds"),
               deps=("evaluate", "teacher_predict"),

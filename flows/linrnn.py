@@ -1,10 +1,16 @@
 """linrnn — "Why Linear Recurrent Memory Works in Partially Observable RL" (ICML 2026).
 
-exact filter check and two-state / action sweeps are numpy; RingWorld PPO is torch.
+exact filter check and two-state / action sweeps are numpy; RingWorld PPO is torch. The paper
+profile (`--profile paper`) is the paper's RL study on the same stages: S5 (h = 12, 256), Deep
+ALF and the fixed filters, 8 seeds x 30M steps with Lu et al.'s PPO settings, on GPUs via Ray.
 """
 from flows.runtime.dag import Method, Resources, Stage
 
 M = "components.linrnn"
+# Paper profile: the recurrent memories (S5, Deep ALF) train on a GPU; these are small models,
+# so four runs of the variant x seed fan-out share one device (Ray, and the local executor's
+# fractional GPU slots). None in smoke/small.
+TRAIN_RESOURCES = Resources(num_cpus=1, num_gpus={"paper": 0.25})
 
 METHOD = Method(
     name="linrnn",
@@ -24,7 +30,7 @@ METHOD = Method(
               description="Premise: exact returns of the best memoryless policy and the fully observed optimum"),
         Stage("train_ringworld", f"{M}.ppo:train_stage", params=("ringworld", "seeds"),
               fan_out={"variant": "ringworld.variants", "seed": "seeds"},
-              resources=Resources(num_cpus=1),
+              resources=TRAIN_RESOURCES,
               description="PPO on RingWorld per memory variant (filters, memoryless, diagonal linear RNN)"),
         Stage("evaluate", f"{M}.evaluate:evaluate_stage",
               params=("two_state", "ringworld", "seeds"),

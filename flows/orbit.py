@@ -1,6 +1,6 @@
 """orbit — "InfiMed-ORBIT: Aligning LLMs on Open-Ended Complex Tasks via Rubric-Based Incremental
 Training" (ICML 2026). Synthetic consultations, retrieval-conditioned rubrics, a small decoder
-policy, real GRPO with an incremental rubric curriculum, HealthBench-format grading."""
+Qwen3 policy, GRPO through TRL with incremental rubric curricula, HealthBench-format grading."""
 from flows.runtime.dag import Method, Resources, Stage
 
 M = "components.orbit"
@@ -18,17 +18,17 @@ METHOD = Method(
               deps=("build_cases",), resources=Resources(num_cpus=1),
               description="MiniLM retrieval of similar seed cases + generator -> <= 20 validated "
                           "items per training case; the generic baseline rubric"),
-        Stage("train_base", f"{M}.base:train_base_stage", params=("policy",), deps=("build_cases",),
+        Stage("train_base", f"{M}.base:train_base_stage", params=("policy", "paper"), deps=("build_cases",),
               resources=Resources(num_cpus=1),
-              description="Base policy: small decoder trained on mediocre generic replies"),
+              description="Base policy: a tiny Qwen3 causal LM (word-level tokenizer) pre-trained on mediocre generic replies"),
         Stage("difficulty_filter", f"{M}.filter:difficulty_filter_stage", params=("filter",),
               deps=("build_cases", "generate_rubrics", "train_base"),
               description="Base rollouts; drop flat / solved cases; order items by difficulty"),
         Stage("grpo_train", f"{M}.train:grpo_train_stage", params=("grpo", "seeds"),
               deps=("build_cases", "generate_rubrics", "train_base", "difficulty_filter"),
               fan_out={"variant": "grpo.variants", "seed": "seeds"}, resources=Resources(num_cpus=1),
-              description="GRPO (group advantages, clip 0.2/0.28, token-mean, dynamic sampling) with "
-                          "case rubrics (curriculum / all items) or the generic rubric"),
+              description="GRPO through TRL (group advantages, clip 0.2/0.28, token-mean) with "
+                          "case rubrics (stochastic_review / curriculum_admission / all items) or the generic rubric"),
         Stage("evaluate", f"{M}.evaluate:evaluate_stage", params=("evaluate",),
               deps=("build_cases", "train_base", "grpo_train"), resources=Resources(num_cpus=1),
               description="Held-out HealthBench-format score: clipped mean, bootstrap std, per axis "

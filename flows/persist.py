@@ -5,6 +5,9 @@ pixel-history baseline with the same backbone and budget."""
 from flows.runtime.dag import Method, Resources, Stage
 
 M = "components.persist"
+# the model stages train or sample on one GPU each in the paper profile (none in smoke/small);
+# the paper trained each module on 8 GPUs (a data-parallel launcher is not part of this repo)
+GPU = Resources(num_cpus=1, num_gpus={"paper": 1})
 
 METHOD = Method(
     name="persist",
@@ -17,30 +20,29 @@ METHOD = Method(
         Stage("rollout_env", f"{M}.data:rollout_env_stage", params=("world", "rollout"),
               deps=("gen_worlds",),
               description="Agent rollouts: frames, depth, class maps, cameras, voxel crops"),
-        Stage("train_vae3d", f"{M}.train:train_vae3d_stage", params=("vae3d",),
-              deps=("rollout_env",), resources=Resources(num_cpus=1),
+        Stage("train_vae3d", f"{M}.train:train_vae3d_stage", params=("vae3d", "device"),
+              deps=("rollout_env",), resources=GPU,
               description="3D conv autoencoder of the agent-centred voxel crops (CE loss)"),
-        Stage("encode_latents", f"{M}.train:encode_latents_stage", params=("world", "pixel_model"),
-              deps=("rollout_env", "train_vae3d"),
+        Stage("encode_latents", f"{M}.train:encode_latents_stage", params=("world", "pixel_model", "device"),
+              deps=("rollout_env", "train_vae3d"), resources=GPU,
               description="Cached latents; teacher-forced w_2D projections of decoded GT"),
         Stage("train_world_model", f"{M}.train:train_world_model_stage",
-              params=("world", "world_model", "seeds"), deps=("rollout_env", "encode_latents"),
-              fan_out={"seed": "seeds"}, resources=Resources(num_cpus=1),
+              params=("world", "world_model", "seeds", "device"), deps=("rollout_env", "encode_latents"),
+              fan_out={"seed": "seeds"}, resources=GPU,
               description="W: rectified-flow 3D latent dynamics with diffusion forcing"),
         Stage("train_camera_model", f"{M}.train:train_camera_model_stage",
-              params=("camera_model", "seeds"), deps=("rollout_env", "encode_latents"),
-              fan_out={"seed": "seeds"}, resources=Resources(num_cpus=1),
+              params=("camera_model", "seeds", "device"), deps=("rollout_env", "encode_latents"),
+              fan_out={"seed": "seeds"}, resources=GPU,
               description="C: residual camera dynamics"),
         Stage("train_pixel_model", f"{M}.train:train_pixel_model_stage",
-              params=("world", "pixel_model", "seeds"), deps=("rollout_env", "encode_latents"),
-              fan_out={"variant": "pixel_model.variants", "seed": "seeds"},
-              resources=Resources(num_cpus=1),
+              params=("world", "pixel_model", "seeds", "device"), deps=("rollout_env", "encode_latents"),
+              fan_out={"variant": "pixel_model.variants", "seed": "seeds"}, resources=GPU,
               description="P (w_2D + 2 frames) and the pixel-history baseline (8 frames), same budget"),
         Stage("rollout_eval", f"{M}.evaluate:rollout_eval_stage",
-              params=("world", "world_model", "pixel_model", "evaluate", "seeds"),
+              params=("world", "world_model", "pixel_model", "evaluate", "seeds", "device"),
               deps=("gen_worlds", "rollout_env", "train_vae3d", "encode_latents",
                     "train_world_model", "train_camera_model", "train_pixel_model"),
-              fan_out={"seed": "seeds"}, resources=Resources(num_cpus=1),
+              fan_out={"seed": "seeds"}, resources=GPU,
               description="Held-out worlds: spin-and-return memory, free play, editing, controls"),
         Stage("report", f"{M}.report:report_stage", params=("world", "evaluate"), deps=("rollout_eval",),
               description="Pass criteria of CLAIMS.md and every metric side by side"),

@@ -19,6 +19,8 @@ class Data(Section):
     n_test: int = 300
     real_background_share: float = 0.5   # share of backgrounds cut from statsmodels datasets
     sensor_noise: float = 0.3        # white noise added to every unit-variance background
+    bump_amp: float = 2.0            # candidate bumps (real and decoy), ~2 sigma: visible coarsely
+    burst_amp: list[float] = [1.4, 1.8]   # localize/count burst amplitude range (fine scale only)
     seed: int = 20260                # data are fixed across training seeds
 
 
@@ -39,18 +41,19 @@ class Model(Section):
     patch: int = 32                  # points per view token: 4 tokens a view
     encoder: Literal["cnn", "mlp"] = "cnn"   # patch encoder (the paper's is an MLP on padded patches)
     dropout: float = 0.0
+    pointer: bool = True             # coarse-view tokens score the windows they cover (controller)
 
 
 class Traces(Section):
-    """Synthesised SFT traces: oracle evidence windows, with distractor detours."""
+    """Synthesised SFT traces: every candidate window (real and decoy, shuffled), with detours."""
     detour_prob: float = 0.3
     seed: int = 7
 
 
 class Sft(Section):
-    epochs: int = 2
-    batch_size: int = 64
-    lr: float = 1e-3
+    epochs: int = 6                  # calibrated on val (dev data seed): see CLAIMS.md
+    batch_size: int = 32
+    lr: float = 2e-3
     weight_decay: float = 0.01
     controller_weight: float = 1.0
     answer_weight: float = 1.0
@@ -59,7 +62,7 @@ class Sft(Section):
 
 class Rl(Section):
     """Hierarchical policy optimisation (§2 of the method notes; official reward weights)."""
-    iterations: int = 200
+    iterations: int = 150               # 200 before; cut to fit the 8-minute budget
     questions: int = 16                 # questions per iteration
     controller_rollouts: int = 4        # controller trajectories per question
     reasoner_rollouts: int = 6          # reasoner samples per trajectory (consistency)
@@ -68,7 +71,8 @@ class Rl(Section):
     w_format: float = 1.0
     format_error_reward: float = -2.0
     w_explore: float = 1.0
-    explore_anneal_steps: int = 300
+    explore_anneal_fraction: float = 0.5   # bonus decays to 0 over this share of the iterations
+                                           # (the paper: 300 steps of a much longer run)
     explore_min_segments: int = 2
     explore_max_segments: int = 4
     w_accuracy: float = 3.0             # reasoner reward = 3 acc + 1 format
@@ -84,7 +88,7 @@ class Rl(Section):
 
 
 class Baselines(Section):
-    static_epochs: int = 4              # twice SFT's passes; best epoch chosen on val
+    static_epochs: int = 6              # as many passes as SFT; best epoch chosen on val
     # static: the coarse full view at the per-view budget (the paper's comparison);
     # static_total: one full view at (1 + max_zooms) x budget points, ARTIST's largest total budget
     static_variants: list[str] = ["static", "static_total"]
@@ -93,7 +97,8 @@ class Baselines(Section):
 
 
 class Evaluate(Section):
-    runs: int = 8                       # independent sampled runs, averaged (as the paper)
+    runs: int = 4                       # independent sampled runs, averaged (the paper: 8; cut
+                                        # to fit the 8-minute budget)
     controller_temperature: float = 1.0
     reasoner_temperature: float = 0.7
     seed: int = 99

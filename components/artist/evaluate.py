@@ -4,8 +4,9 @@ Systems (all share the test questions of one seed):
 - artist_rl / artist_sft: the policy's own controller (temperature 1.0) and reasoner (0.7).
 - random_ctrl: the SFT+RL reasoner after uniformly random windows, as many as artist_rl took on
   that example in that run (same reading budget).
-- oracle: the SFT+RL reasoner after the fine windows holding the evidence (an upper bound; the
-  window coordinates alone can give away a localisation answer).
+- oracle: the SFT+RL reasoner after the fine windows of every candidate event (real and decoy),
+  in position order: the best reading a controller can do (their coordinates do not give the
+  answer away; only their content does).
 - static / static_total: a reasoner trained on the coarse full-series view alone, at the
   per-view budget (and at ARTIST's largest total budget).
 - stats_gbm: gradient boosting on full-resolution summary statistics (deterministic).
@@ -19,9 +20,10 @@ import torch
 from sklearn.metrics import f1_score
 
 from components.artist.baselines import feature_matrix, fit_predict_gbm
-from components.artist.policy import answer_with, forward_state, load_tasks, make_policy, rollout, sample_answers
+from components.artist.policy import (answer_with, forward_state, load_tasks, make_policy, oracle_actions,
+                                      rollout, sample_answers)
 from components.artist.train import static_budget
-from components.artist.views import evidence_actions, fraction_read
+from components.artist.views import fraction_read
 from components.common.io import load_torch, write_json_atomic, write_table
 from components.common.seeds import seed_everything
 
@@ -41,16 +43,6 @@ def _predict_policy(model, tasks, max_zooms, t_c, t_r, gen):
     chosen, final = rollout(model, tasks, idx, max_zooms, t_c, gen)
     pred = sample_answers(final, t_r, 1, gen)[:, 0]
     return chosen.numpy(), pred.numpy()
-
-
-def oracle_actions(tasks, n_fine: int, max_zooms: int) -> torch.Tensor:
-    out = torch.full((len(tasks), max_zooms), -1, dtype=torch.long)
-    for i, (ev, n) in enumerate(zip(tasks.evidence, tasks.length)):
-        acts = evidence_actions(ev, int(n), n_fine)[:max_zooms]
-        if not acts and any(e - s >= int(n) // 2 for s, e in ev) and int(n) > 4 * n_fine:
-            acts = [0]   # global evidence: any window shows it
-        out[i, :len(acts)] = torch.tensor(acts, dtype=torch.long)
-    return out
 
 
 def random_actions(matched: np.ndarray, n_actions: int, gen: torch.Generator) -> torch.Tensor:

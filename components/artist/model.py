@@ -19,7 +19,8 @@ N_FAMILIES = 6
 
 class ArtistPolicy(nn.Module):
     def __init__(self, n_actions: int, budget: int, max_views: int, d_model: int = 64, n_layers: int = 2,
-                 n_heads: int = 4, patch: int = 16, dropout: float = 0.0, encoder: str = "cnn"):
+                 n_heads: int = 4, patch: int = 16, dropout: float = 0.0, encoder: str = "cnn",
+                 n_fine: int = 0, n_quarters: int = 0):
         super().__init__()
         if budget % patch:
             raise ValueError(f"budget {budget} must be a multiple of patch {patch}")
@@ -47,6 +48,12 @@ class ArtistPolicy(nn.Module):
         self.norm = nn.LayerNorm(d_model)
         self.controller_head = nn.Linear(d_model, n_actions + 1)
         self.answer_head = nn.Linear(d_model, MAX_OPTIONS)
+        # pointer head: each coarse-view token scores the candidate windows it covers, so "zoom
+        # where the coarse view shows a bump" is one local, position-equivariant rule to learn
+        self.pointer = None
+        if n_fine and n_quarters and n_fine % self.n_patches == 0 and n_quarters % self.n_patches == 0:
+            self.n_fine, self.n_quarters = n_fine, n_quarters
+            self.pointer = nn.Linear(d_model, (n_fine + n_quarters) // self.n_patches)
 
     def forward(self, family: torch.Tensor, args: torch.Tensor, views: torch.Tensor, geometry: torch.Tensor,
                 present: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -64,7 +71,13 @@ class ArtistPolicy(nn.Module):
         pad = torch.cat([torch.zeros(b, head.shape[1], dtype=torch.bool, device=views.device),
                          (~present)[:, :, None].expand(b, v, self.n_patches).reshape(b, -1)], dim=1)
         h = self.norm(self.encoder(x, src_key_padding_mask=pad))
-        return self.controller_head(h[:, 0]), self.answer_head(h[:, 1])
+        ctrl = self.controller_head(h[:, 0])
+        if self.pointer is not None:   # tokens of view 0 (the coarse view) follow the head tokens
+            coarse = self.pointer(h[:, head.shape[1]:head.shape[1] + self.n_patches])   # (b, P, k)
+            per = self.n_fine // self.n_patches
+            point = torch.cat([coarse[:, :, :per].reshape(b, -1), coarse[:, :, per:].reshape(b, -1)], dim=1)
+            ctrl = ctrl + torch.cat([point, torch.zeros_like(ctrl[:, -1:])], dim=1)
+        return ctrl, self.answer_head(h[:, 1])
 
     def embed_patches(self, views: torch.Tensor) -> torch.Tensor:
         """(b, V, budget) -> (b, V, n_patches, d)."""

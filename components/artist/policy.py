@@ -9,7 +9,7 @@ import torch
 
 from components.artist.tasks import FAMILY_ID
 from components.artist.model import MAX_OPTIONS, ArtistPolicy, mask_actions, mask_answers
-from components.artist.views import build_all_views, window_geometry
+from components.artist.views import build_all_views, candidate_actions, window_geometry
 
 
 @dataclass
@@ -63,7 +63,9 @@ def make_policy(model_cfg, views_cfg, budget: int | None = None, max_views: int 
     return ArtistPolicy(n_actions=n_actions, budget=budget or views_cfg.budget,
                         max_views=max_views or 1 + views_cfg.max_zooms, d_model=model_cfg.d_model,
                         n_layers=model_cfg.n_layers, n_heads=model_cfg.n_heads, patch=model_cfg.patch,
-                        dropout=model_cfg.dropout, encoder=model_cfg.encoder)
+                        dropout=model_cfg.dropout, encoder=model_cfg.encoder,
+                        n_fine=views_cfg.n_fine if model_cfg.pointer else 0,
+                        n_quarters=views_cfg.n_quarters if model_cfg.pointer else 0)
 
 
 def gather_inputs(tasks: TaskSet, idx: torch.Tensor, chosen: torch.Tensor):
@@ -126,3 +128,28 @@ def sample_answers(logits: torch.Tensor, temperature: float, n: int,
     """(b, n) answers sampled at ``temperature`` (masked options have probability 0)."""
     probs = torch.softmax(logits / temperature, dim=1)
     return torch.multinomial(probs, n, replacement=True, generator=generator)
+
+
+def oracle_actions(tasks: TaskSet, n_fine: int, max_zooms: int) -> torch.Tensor:
+    """(N, max_zooms) the windows of every candidate event (real and decoy) in position order;
+    one window for global evidence (any window shows it); none for series too short to zoom."""
+    out = torch.full((len(tasks), max_zooms), -1, dtype=torch.long)
+    for i, (ev, dec, n) in enumerate(zip(tasks.evidence, tasks.decoys, tasks.length)):
+        acts = candidate_actions(ev, dec, int(n), n_fine)[:max_zooms]
+        if not acts and any(e - s >= int(n) // 2 for s, e in ev) and int(n) > 4 * n_fine:
+            acts = [0]
+        out[i, :len(acts)] = torch.tensor(acts, dtype=torch.long)
+    return out
+
+
+@torch.no_grad()
+def oracle_accuracy(model: ArtistPolicy, tasks: TaskSet, n_fine: int, max_zooms: int) -> dict[str, float]:
+    """Greedy reasoner accuracy per family after the oracle windows (the premise that the reasoner
+    can read the evidence once it is shown)."""
+    model.eval()
+    chosen = oracle_actions(tasks, n_fine, max_zooms)
+    pred = torch.cat([forward_state(model, tasks, idx, chosen[idx])[1].argmax(1)
+                      for idx in torch.arange(len(tasks)).split(256)])
+    hit = (pred == tasks.answer).numpy()
+    fam = np.asarray(tasks.family)
+    return {f: float(hit[fam == f].mean()) for f in dict.fromkeys(tasks.family)}

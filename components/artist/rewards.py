@@ -98,18 +98,6 @@ def reasoner_reward(correct: np.ndarray | float, fmt: float = 1.0, w_accuracy: f
     return w_accuracy * np.asarray(correct, dtype=float) + w_format * fmt
 
 
-def group_advantages(rewards: torch.Tensor, kind: str = "grpo", eps: float = 1e-4) -> torch.Tensor:
-    """Per-group advantages for rewards of shape (groups, members).
-    grpo: (r - mean) / (std + eps); rloo: r - mean of the other members."""
-    if kind == "grpo":
-        return (rewards - rewards.mean(dim=1, keepdim=True)) / (rewards.std(dim=1, keepdim=True) + eps)
-    if kind == "rloo":
-        k = rewards.shape[1]
-        others = (rewards.sum(dim=1, keepdim=True) - rewards) / (k - 1)
-        return rewards - others
-    raise ValueError(f"unknown advantage {kind!r} (grpo, rloo)")
-
-
 def global_normalise(adv: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """Batch-level normalisation after the per-question one (trajectory-level credit)."""
     flat = adv.flatten()

@@ -80,7 +80,8 @@ def burst(rng: np.random.Generator, amp: float) -> np.ndarray:
 
 
 def bump(amp: float) -> np.ndarray:
-    """A smooth low-frequency bump: what a candidate event looks like at the coarse scale."""
+    """A smooth low-frequency bump: what a candidate event looks like at the coarse scale.
+    Backgrounds have unit variance plus sensor noise, so ``amp`` is in units of about one sigma."""
     return amp * np.hanning(BURST_LEN)
 
 
@@ -96,7 +97,7 @@ def _distinct_slots(rng: np.random.Generator, n: int, k: int, n_fine: int = 16) 
 
 
 def make_example(family: str, rng: np.random.Generator, n: int, short_n: int, real_share: float,
-                 noise: float) -> dict:
+                 noise: float, bump_amp: float = 2.0, burst_amp: tuple[float, float] = (1.4, 1.8)) -> dict:
     args = [0] * N_ARGS
     evidence: list[list[int]] = []
     decoys: list[list[int]] = []     # look-alike candidates (hidden; used for SFT detours only)
@@ -108,21 +109,24 @@ def make_example(family: str, rng: np.random.Generator, n: int, short_n: int, re
     width = n // 16
 
     if family == "localize":
-        # one real event (burst + bump) and 0-2 decoy bumps; which quarter holds the event?
-        n_decoys = int(rng.integers(0, 3))
+        # one real event (burst + bump) and 1-3 look-alike decoy bumps in other quarters: the
+        # coarse view shows every candidate, only a zoom tells the real one from the decoys
+        n_decoys = int(rng.integers(1, 4))
         wins_in_q = [w for w in range(16) if w // 4 == answer]
         w = int(rng.choice(wins_in_q))
         s = int(rng.integers(w * width, (w + 1) * width - BURST_LEN + 1))
-        x[s:s + BURST_LEN] += burst(rng, rng.uniform(1.0, 1.4)) + bump(0.8)
+        x[s:s + BURST_LEN] += burst(rng, rng.uniform(*burst_amp)) + bump(bump_amp)
         evidence.append([s, s + BURST_LEN])
-        others = [v for v in range(16) if v != w]
+        others = [v for v in range(16) if v // 4 != answer]
         for v in rng.choice(others, size=n_decoys, replace=False):
             d = int(rng.integers(v * width, (v + 1) * width - BURST_LEN + 1))
-            x[d:d + BURST_LEN] += bump(0.8)
+            x[d:d + BURST_LEN] += bump(bump_amp)
             decoys.append([d, d + BURST_LEN])
     elif family == "compare":
-        # two given fine windows each hold a burst; is the one in window a stronger? (0 yes, 1 no)
-        a, b = (int(v) for v in rng.choice(16, size=2, replace=False))
+        # two given fine windows a < b each hold a burst; which is stronger? (0 the earlier a,
+        # 1 the later b). Naming them in time order spares the reader a binding of question
+        # slots to views: it compares the two zoomed bursts and their order in time.
+        a, b = sorted(int(v) for v in rng.choice(16, size=2, replace=False))
         strong, weak = rng.uniform(1.0, 1.4), rng.uniform(0.35, 0.65)
         amps = (strong, weak) if answer == 0 else (weak, strong)
         for w, amp in zip((a, b), amps):
@@ -151,7 +155,7 @@ def make_example(family: str, rng: np.random.Generator, n: int, short_n: int, re
         starts = _distinct_slots(rng, n, 4)
         real = set(rng.choice(4, size=answer, replace=False).tolist())
         for i, s in enumerate(starts):
-            x[s:s + BURST_LEN] += bump(0.8) + (burst(rng, rng.uniform(1.0, 1.4)) if i in real else 0.0)
+            x[s:s + BURST_LEN] += bump(bump_amp) + (burst(rng, rng.uniform(*burst_amp)) if i in real else 0.0)
             evidence.append([s, s + BURST_LEN])   # every candidate must be inspected
     elif family == "rhythm":
         period = RHYTHM_PERIODS[answer] * rng.uniform(0.92, 1.08)
@@ -180,8 +184,9 @@ def make_example(family: str, rng: np.random.Generator, n: int, short_n: int, re
 
 
 def generate(families: list[str], n_per_family: int, rng: np.random.Generator, n: int, short_n: int,
-             real_share: float, noise: float) -> list[dict]:
-    return [make_example(f, rng, n, short_n, real_share, noise)
+             real_share: float, noise: float, bump_amp: float = 2.0,
+             burst_amp: tuple[float, float] = (1.4, 1.8)) -> list[dict]:
+    return [make_example(f, rng, n, short_n, real_share, noise, bump_amp, burst_amp)
             for f in families for _ in range(n_per_family)]
 
 
@@ -211,7 +216,7 @@ def generate_tasks_stage(cfg, ctx) -> None:
     for i, (split, size) in enumerate(sizes.items()):
         rng = seed_everything(d.seed * 10 + i)   # one fixed stream per split
         examples = generate(d.families, size, rng, d.length, d.short_length,
-                            d.real_background_share, d.sensor_noise)
+                            d.real_background_share, d.sensor_noise, d.bump_amp, tuple(d.burst_amp))
         write_table(ctx.out_dir / f"{split}.parquet", to_columns(examples, d.length))
         summary[f"n_{split}"] = len(examples)
         ctx.progress(i + 1, len(sizes), f"{split}: {len(examples)} examples")

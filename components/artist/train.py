@@ -8,42 +8,84 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from components.artist.policy import (TaskSet, forward_state, load_tasks, make_policy, rollout,
-                                      sample_answers)
-from components.artist.rewards import (controller_reward, global_normalise, group_advantages,
+from components.artist.policy import (TaskSet, forward_state, load_tasks, make_policy, oracle_accuracy,
+                                      rollout, sample_answers)
+from components.artist.rewards import (controller_reward, global_normalise,
                                        reasoner_reward, trajectory_format, variance_guided_choice)
-from components.artist.views import action_windows, evidence_actions
-from components.common.io import load_torch, read_table, save_torch, write_table
+from components.artist.tasks import BURST_LEN
+from components.artist.views import action_windows, candidate_actions, coarse_candidate_precision
+from components.common.io import load_torch, read_table, save_torch, write_json_atomic, write_table
+from components.common.rl import group_advantages
 from components.common.seeds import seed_everything
 from components.common.train import fit
+
+ADV_EPS = 1e-4   # the std guard this method's committed runs used (common's default is 1e-6)
 
 
 # ---------------------------------------------------------------- traces
 def synthesise_trace(evidence: list, decoys: list, length: int, n_fine: int, max_zooms: int,
                      detour_prob: float, rng: np.random.Generator) -> list[int]:
-    """Oracle evidence windows in random order; with ``detour_prob`` one detour window is inserted
-    at a random place: a look-alike decoy window when the example has one, else a random window.
-    Global-evidence families get one random window; the short family none (STOP at once)."""
-    actions = evidence_actions(evidence, length, n_fine)
+    """Every candidate window (the real events and the look-alike decoys) in random order, so the
+    set of windows visited never gives the answer away: only what the zoomed views show does.
+    With ``detour_prob`` one random non-candidate window is inserted at a random place when there
+    is room. Global-evidence families get one random window; the short family none (STOP at once)."""
+    actions = candidate_actions(evidence, decoys, length, n_fine)
     rng.shuffle(actions)
-    if not actions and any(e - s >= length // 2 for s, e in evidence) and length > 2 * n_fine * 2:
+    zoomable = length > 2 * n_fine * 2
+    if not actions and any(e - s >= length // 2 for s, e in evidence) and zoomable:
         actions = [int(rng.integers(n_fine))]
-    if rng.random() < detour_prob and length > 2 * n_fine * 2:
-        pool = [w for w in evidence_actions(decoys, length, n_fine) if w not in actions]
-        pool = pool or [w for w in range(n_fine) if w not in actions]
+    if rng.random() < detour_prob and zoomable and len(actions) < max_zooms:
+        pool = [w for w in range(n_fine) if w not in actions]
         actions.insert(int(rng.integers(len(actions) + 1)), int(rng.choice(pool)))
     return [int(a) for a in actions[:max_zooms]]
+
+
+def geometry_determined_share(families: list[str], evidence: list, decoys: list, lengths, n_fine: int,
+                              n_quarters: int) -> float:
+    """Share of localisation examples whose candidate windows all lie in one quarter, i.e. whose
+    answer the geometry of the visited windows alone would give away (0 by construction)."""
+    rows = [i for i, f in enumerate(families) if f == "localize"]
+    if not rows:
+        return float("nan")
+    per_quarter = n_fine // n_quarters
+    hits = [len({w // per_quarter for w in candidate_actions(evidence[i], decoys[i], int(lengths[i]), n_fine)})
+            == 1 for i in rows]
+    return float(np.mean(hits))
+
+
+def coarse_localisation(tasks: TaskSet, views_cfg, bump_len: int) -> dict:
+    """Premise: the coarse view alone points at the candidate windows (matched filter, no training),
+    on the families with candidate bumps; with chance (k / n_fine) beside it."""
+    prec, chance = [], []
+    for i, fam in enumerate(tasks.family):
+        if fam not in ("localize", "count"):
+            continue
+        n = int(tasks.length[i])
+        cands = candidate_actions(tasks.evidence[i], tasks.decoys[i], n, views_cfg.n_fine)
+        coarse = tasks.views[i, 0].numpy()
+        prec.append(coarse_candidate_precision(coarse, cands, views_cfg.n_fine, bump_len * views_cfg.budget / n))
+        chance.append(len(cands) / views_cfg.n_fine)
+    if not prec:
+        return {}
+    return {"val_coarse_candidate_precision": float(np.mean(prec)), "val_coarse_chance": float(np.mean(chance))}
 
 
 def build_sft_traces_stage(cfg, ctx) -> None:
     t = read_table(ctx.inputs["generate_tasks"] / "train.parquet").select(
         ["length", "evidence", "decoys", "family"]).to_pydict()
+    v = cfg.views
     rng = np.random.default_rng(cfg.traces.seed)
-    traces = [synthesise_trace(e, d, n, cfg.views.n_fine, cfg.views.max_zooms, cfg.traces.detour_prob, rng)
+    traces = [synthesise_trace(e, d, n, v.n_fine, v.max_zooms, cfg.traces.detour_prob, rng)
               for e, d, n in zip(t["evidence"], t["decoys"], t["length"])]
     write_table(ctx.out_dir / "sft_traces.parquet", {"example": list(range(len(traces))), "actions": traces,
                                                       "family": t["family"]})
-    ctx.write_metrics({"n_traces": len(traces), "mean_zooms": float(np.mean([len(a) for a in traces]))})
+    val = load_tasks(ctx.inputs["generate_tasks"] / "val.parquet", v)
+    premise = {"geometry_determined_share": geometry_determined_share(
+        t["family"], t["evidence"], t["decoys"], t["length"], v.n_fine, v.n_quarters),
+        **coarse_localisation(val, v, BURST_LEN)}
+    write_json_atomic(ctx.out_dir / "premise.json", premise)
+    ctx.write_metrics({"n_traces": len(traces), "mean_zooms": float(np.mean([len(a) for a in traces])),
+                       **premise})
 
 
 # ---------------------------------------------------------------- SFT
@@ -88,7 +130,12 @@ def sft_stage(cfg, ctx) -> None:
     records = fit(model, batches(), loss_fn, steps=steps, lr=cfg.sft.lr, weight_decay=cfg.sft.weight_decay,
                   warmup=min(50, steps // 10), ctx=ctx, log_every=20, prefix="sft")
     save_torch(ctx.out_dir / "policy.pt", model.state_dict())
-    ctx.write_metrics({"final_loss": records[-1]["sft/loss"], "steps": steps, "rows": n})
+    val = load_tasks(ctx.inputs["generate_tasks"] / "val.parquet", cfg.views)
+    oracle = oracle_accuracy(model, val, cfg.views.n_fine, cfg.views.max_zooms)
+    premise = {f"val_oracle_acc_{f}": acc for f, acc in oracle.items()}
+    premise["val_oracle_acc_min"] = min(oracle.values())
+    write_json_atomic(ctx.out_dir / "premise.json", premise)
+    ctx.write_metrics({"final_loss": records[-1]["sft/loss"], "steps": steps, "rows": n, **premise})
 
 
 # ---------------------------------------------------------------- hierarchical RL
@@ -115,6 +162,12 @@ def masked_kl(logits: torch.Tensor, ref_logits: torch.Tensor) -> torch.Tensor:
     return (logp.exp() * (logp - logq)).masked_fill(~valid, 0.0).sum(dim=1)
 
 
+def explore_anneal_steps(rl) -> int:
+    """Iterations over which the exploration bonus decays to 0: a fraction of this run's iterations
+    (the paper's 300 steps are longer than our whole run, so its bonus would never anneal here)."""
+    return max(1, int(round(rl.explore_anneal_fraction * rl.iterations)))
+
+
 def rl_step(model, ref, tasks: TaskSet, rl, views, step: int, rng: np.random.Generator,
             gen: torch.Generator) -> tuple[torch.Tensor, dict]:
     """One iteration of hierarchical policy optimisation; returns the loss and its statistics."""
@@ -137,10 +190,10 @@ def rl_step(model, ref, tasks: TaskSet, rl, views, step: int, rng: np.random.Gen
         rewards.append(controller_reward(
             float(consistency[j]), int(rounds[j]), fmt, err, len(set(acts)), step,
             w_consistency=rl.w_consistency, round_penalty=rl.round_penalty, w_format=rl.w_format,
-            error_reward=rl.format_error_reward, w_explore=rl.w_explore, anneal=rl.explore_anneal_steps,
+            error_reward=rl.format_error_reward, w_explore=rl.w_explore, anneal=explore_anneal_steps(rl),
             lo=rl.explore_min_segments, hi=rl.explore_max_segments))
     rewards = torch.tensor(rewards, dtype=torch.float32)
-    adv_c = global_normalise(group_advantages(rewards.view(q, k), rl.advantage)).flatten()
+    adv_c = global_normalise(group_advantages(rewards.view(q, k), rl.advantage, ADV_EPS)).flatten()
 
     model.train()
     # controller: trajectory-level credit on every decision of the trajectory (batch-normalised)
@@ -154,7 +207,7 @@ def rl_step(model, ref, tasks: TaskSet, rl, views, step: int, rng: np.random.Gen
     pick = torch.tensor([qi * k + variance_guided_choice(r_rewards[qi * k:(qi + 1) * k].numpy(),
                                                          rl.variance_temperature, rl.variance_eps, rng)
                          for qi in range(q)])
-    adv_r = group_advantages(r_rewards[pick], "grpo")                            # (q, n)
+    adv_r = group_advantages(r_rewards[pick], "grpo", ADV_EPS)                            # (q, n)
     _, ans = forward_state(model, tasks, idx[pick], chosen[pick])
     logp_r = F.log_softmax(ans / rl.reasoner_temperature, dim=1).gather(1, answers[pick])
     with torch.no_grad():
@@ -162,6 +215,7 @@ def rl_step(model, ref, tasks: TaskSet, rl, views, step: int, rng: np.random.Gen
     kl = masked_kl(ans, ref_ans).mean()
     loss_r = -(adv_r * logp_r).mean() + rl.kl_beta * kl
     stats = {"reward": float(rewards.mean()), "consistency": float(consistency.mean()),
+             "explore_weight": rl.w_explore * max(0.0, 1.0 - step / explore_anneal_steps(rl)),
              "rounds": float(rounds.float().mean()), "kl": float(kl.detach()),
              "informative_groups": float((r_rewards[pick].std(dim=1) > 0).float().mean())}
     return loss_c + loss_r, stats
@@ -199,7 +253,8 @@ def rl_stage(cfg, ctx) -> None:
     save_torch(ctx.out_dir / "policy.pt", model.state_dict())
     last = {key: float(np.mean([h[key] for h in history[-20:]])) for key in history[-1]}
     first = {key: float(np.mean([h[key] for h in history[:20]])) for key in history[0]}
-    ctx.write_metrics({**{f"last_{k}": v for k, v in last.items()}, **{f"first_{k}": v for k, v in first.items()}})
+    ctx.write_metrics({**{f"last_{k}": v for k, v in last.items()}, **{f"first_{k}": v for k, v in first.items()},
+                       "final_explore_weight": history[-1]["explore_weight"]})
 
 
 # ---------------------------------------------------------------- static baselines

@@ -111,3 +111,35 @@ def evidence_actions(evidence: list, length: int, n_fine: int) -> list[int]:
         if w not in out:
             out.append(w)
     return out
+
+
+def candidate_actions(evidence: list, decoys: list, length: int, n_fine: int) -> list[int]:
+    """Fine windows of every candidate event, real and decoy, in position order: what a reader must
+    inspect before it can tell them apart (the oracle controller and the SFT traces visit these)."""
+    return sorted(evidence_actions(list(evidence) + list(decoys), length, n_fine))
+
+
+def coarse_window_scores(coarse: np.ndarray, n_fine: int, bump_len: float) -> np.ndarray:
+    """Matched-filter score of a candidate bump in each fine window, from the coarse view alone:
+    the coarse view minus a running mean (removes the slow background), correlated with a Hann
+    bump as wide as an event at this resolution, maxed over each window's points."""
+    x = np.asarray(coarse, dtype=np.float64)
+    width = max(3, int(round(bump_len)))
+    template = np.hanning(width + 2)[1:-1]
+    template = (template - template.mean()) / np.linalg.norm(template - template.mean())
+    k = 4 * width + 1
+    pad = np.pad(x, k // 2, mode="edge")
+    trend = np.convolve(pad, np.ones(k) / k, mode="valid")
+    response = np.convolve(x - trend, template[::-1], mode="same")
+    return np.array([part.max() for part in np.array_split(response, n_fine)])
+
+
+def coarse_candidate_precision(coarse: np.ndarray, candidates: list[int], n_fine: int,
+                               bump_len: float) -> float:
+    """Share of the top-k coarse matched-filter windows (k = number of candidates) that hold a
+    candidate event; chance is k / n_fine."""
+    k = len(candidates)
+    if k == 0:
+        return float("nan")
+    top = np.argsort(-coarse_window_scores(coarse, n_fine, bump_len))[:k]
+    return len(set(top.tolist()) & set(candidates)) / k

@@ -28,3 +28,21 @@ def ppo_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.T
     ratio = torch.exp(new_logp - old_logp)
     surrogate = torch.min(ratio * adv, torch.clamp(ratio, 1 - clip, 1 + clip) * adv)
     return -surrogate.mean() + value_coef * (returns - values).pow(2).mean() - entropy_coef * entropy.mean()
+
+
+def group_advantages(rewards: torch.Tensor, kind: str = "grpo", eps: float = 1e-6) -> torch.Tensor:
+    """Per-group advantages for rewards of shape (groups, members).
+    grpo: (r - mean) / (std + eps), std unbiased as torch.std (and verl) compute it;
+    rloo: r - mean of the other members of its group."""
+    if kind == "grpo":
+        return (rewards - rewards.mean(dim=1, keepdim=True)) / (rewards.std(dim=1, keepdim=True) + eps)
+    if kind == "rloo":
+        k = rewards.shape[1]
+        others = (rewards.sum(dim=1, keepdim=True) - rewards) / (k - 1)
+        return rewards - others
+    raise ValueError(f"unknown advantage {kind!r} (grpo, rloo)")
+
+
+def informative_groups(rewards: torch.Tensor, tol: float = 1e-12) -> torch.Tensor:
+    """(groups,) bool: the groups whose members' rewards differ (the others carry no gradient)."""
+    return (rewards.max(dim=1).values - rewards.min(dim=1).values) > tol

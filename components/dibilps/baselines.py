@@ -16,7 +16,7 @@ from components.dibilps.data import load_masks, load_normaliser, load_split, n_o
 from components.dibilps.infer import OBSERVED_CHANNEL, TARGET_CHANNEL, darcy_error_rate, rel_l2
 from components.dibilps.models import MaskedRegressor
 from components.dibilps.pde import DARCY_HIGH, DARCY_LOW, Solver, neg_div_flux
-from components.dibilps.train import normalised_fields, random_batches, random_point_index
+from components.dibilps.train import normalised_fields, random_batches, random_point_index, stage_device
 
 
 def grid_points(n: int) -> np.ndarray:
@@ -84,13 +84,14 @@ def train_regressor(x: torch.Tensor, direction: str, k: int, b, ctx) -> MaskedRe
     seed_everything(b.seed + (0 if direction == "forward" else 1))
     n = x.shape[-1]
     src, dst = OBSERVED_CHANNEL[direction], TARGET_CHANNEL[direction]
-    model = MaskedRegressor(b.regressor_width)
+    model = MaskedRegressor(b.regressor_width).to(x.device)
 
     def loss_fn(m, idx):
         batch = x[idx]
         pts = random_point_index(len(idx), n, k)
         mask = torch.zeros(len(idx), n * n, dtype=torch.bool).scatter_(1, pts, True).view(-1, n, n)
-        sparse = torch.where(mask, batch[:, src], torch.zeros(()))
+        mask = mask.to(x.device)
+        sparse = torch.where(mask, batch[:, src], torch.zeros((), device=x.device))
         return ((m(sparse, mask) - batch[:, dst]) ** 2).mean()
 
     fit(model, random_batches(len(x), b.regressor_batch_size), loss_fn, steps=b.regressor_steps, lr=b.regressor_lr,
@@ -130,16 +131,17 @@ def baselines_stage(cfg, ctx) -> None:
                                                                  cfg.data.helmholtz_k)
     seconds["interp_diff-inverse"] = (time.perf_counter() - start) / len(u)
 
-    x = normalised_fields(data_dir, "train")
-    test = normalised_fields(data_dir, "test")
+    device = stage_device(cfg)
+    x = normalised_fields(data_dir, "train").to(device)
+    test = normalised_fields(data_dir, "test").to(device)
     k = n_observed(x.shape[-1], cfg.masks.obs_fraction)
-    mask_t = torch.from_numpy(masks)
+    mask_t = torch.from_numpy(masks).to(device)
     for direction, other in (("forward", "interp_solve-forward"), ("inverse", "interp_diff-inverse")):
         model = train_regressor(x, direction, k, b, ctx)
         src, dst = OBSERVED_CHANNEL[direction], TARGET_CHANNEL[direction]
         start = time.perf_counter()
         with torch.no_grad():
-            out = model(torch.where(mask_t, test[:, src], torch.zeros(())), mask_t)
+            out = model(torch.where(mask_t, test[:, src], torch.zeros((), device=device)), mask_t).cpu()
         seconds[f"regressor-{direction}"] = (time.perf_counter() - start) / len(u)
         pred = preds[other].copy()           # the observed field: the same interpolant as above
         target_phys = norm.decode(out, out)[0] if dst == 0 else norm.decode(out, out)[1]

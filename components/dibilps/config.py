@@ -8,7 +8,6 @@ and early exit turns it into a solver. Values quoted from the official code are 
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import ClassVar, Literal
 
 from components.common.config import MethodConfig, Section
@@ -112,10 +111,32 @@ class Evaluate(Section):
 
 
 class Paper(Section):
-    """paper profile: DiffusionPDE-style data (128^2, 500 observed points) from a local folder
-    holding ``<pde>/{train,test,test_hr}.npz`` with arrays ``a`` and ``u``."""
+    """Where the paper profile's data come from, which model family the stages build, and on
+    which device they run. ``backbone = "own"`` keeps the repository's conv models (smoke,
+    small); ``"diffusers"`` builds the official families from diffusers config classes
+    (AutoencoderKL VAE, UNet2DConditionModel latent denoiser, UNet2DModel pixel baseline)
+    with the widths below [code: configs/<pde>/VAE_config.json, unet_diff.json].
+
+    Data layouts under ``data_root`` (nothing is downloaded):
+    - ``diffusionpde``: DiffusionPDE's published MATLAB files as unzipped from its
+      training.zip / testing.zip, ``training/<pde>/*.mat`` and ``testing/<pde>.mat``
+      (darcy: thresh_a_data, thresh_p_data; poisson: f_data, phi_data; helmholtz: f_data,
+      psi_data; arrays (N, S, S); v7.3 files need h5py);
+    - ``npz``: ``<pde>/train.npz`` and ``<pde>/test.npz`` with arrays ``a``, ``u`` (N, S, S),
+      optionally ``<pde>/test_hr.npz`` on the nested 2x grid.
+    A validation split is cut from the head of the training data."""
     enabled: bool = False
     data_root: str = ""
+    layout: Literal["diffusionpde", "npz"] = "diffusionpde"
+    backbone: Literal["own", "diffusers"] = "own"
+    device: str = "cpu"                      # "auto" (paper): CUDA when visible, else CPU
+    vae_block_out_channels: list[int] = [128, 256, 512, 512]     # 128^2 -> 16^2 latent [code]
+    vae_layers_per_block: int = 2
+    unet_block_out_channels: list[int] = [320, 640, 1280, 1280]  # SD UNet [code]
+    unet_layers_per_block: int = 2
+    attention_head_dim: int = 8
+    pixel_block_out_channels: list[int] = [128, 256, 256, 256]
+    norm_num_groups: int = 32
 
 
 class DibilpsConfig(MethodConfig):
@@ -152,23 +173,16 @@ class DibilpsConfig(MethodConfig):
         "diffusion": {"latent_channels": 320, "pixel_channels": 128, "latent_steps": 30_000,
                       "pixel_steps": 30_000,
                       "batch_size": 128, "lr": 1.0e-4},
+        "masks": {"obs_fraction": 500 / 128**2},          # 500 observed nodes of 128^2 [code]
         "guidance": {"steps": 200, "batch_size": 100},
         "baselines": {"regressor_width": 64, "regressor_steps": 30_000, "regressor_batch_size": 128},
-        "paper": {"enabled": True},
+        "evaluate": {"cost_res": 128, "cost_down": 3, "timing_batch": 8},
+        "paper": {"enabled": True, "backbone": "diffusers", "device": "auto"},
     }
 
     def preflight(self) -> None:
-        if not self.paper.enabled:
-            return
-        root = Path(self.paper.data_root) if self.paper.data_root else None
-        if root is None or not root.is_dir():
-            raise FileNotFoundError(
-                f"dibilps paper profile: paper.data_root = {self.paper.data_root!r} is not a "
-                "folder; set paper.data_root to a local copy of the DiffusionPDE-format data "
-                "(<pde>/train.npz, test.npz, test_hr.npz with arrays a, u); nothing is downloaded")
-        for pde in self.data.pdes:
-            for split in ("train", "test", "test_hr"):
-                path = root / pde / f"{split}.npz"
-                if not path.exists():
-                    raise FileNotFoundError(
-                        f"dibilps paper profile: {path} is missing (config key paper.data_root)")
+        from components.dibilps.paper_data import check_backbone, check_data_root
+
+        check_backbone(self.paper)
+        if self.paper.enabled:
+            check_data_root(self.paper, self.data.pdes)

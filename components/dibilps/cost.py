@@ -15,9 +15,9 @@ import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from components.dibilps.backbones import build, latent_spec, pad_multiple, pixel_spec, vae_spec
 from components.dibilps.data import n_observed
 from components.dibilps.diffusion import Guidance, VPSchedule, guided_sample
-from components.dibilps.models import FieldVAE, LatentDenoiser, UNet
 from components.dibilps.pde import residual_norm
 
 FULL_GUIDANCE = Guidance(zeta_obs=1.0, zeta_pde=1.0, early_exit_frac=1.0)
@@ -73,33 +73,35 @@ def _losses(pde: str, idx: torch.Tensor, helmholtz_k: float):
     return obs_loss, pde_loss
 
 
-def samplers_at(cfg, res: int, down: int, batch: int, seed: int = 0, pde: str = "poisson"):
+def samplers_at(cfg, res: int, down: int, batch: int, seed: int = 0, pde: str = "poisson",
+                device: torch.device | str = "cpu"):
     """Fresh latent and pixel samplers for ``res``^2 fields; the latent side is ``res / 2^down``.
-    Both denoisers have ``diffusion.latent_channels`` base width; the pixel UNet has the
-    trained pixel baseline's depth (2 downsamplings)."""
+    Both denoisers have the latent denoiser's widths (own: ``diffusion.latent_channels`` base
+    width, the pixel UNet with the trained pixel baseline's depth; diffusers: the latent UNet's
+    ``paper.unet_block_out_channels``). Random draws are made on the CPU, then moved."""
     torch.manual_seed(seed)
-    v, d, e = cfg.vae, cfg.diffusion, cfg.cond_encoder
-    vae = FieldVAE(v.latent_channels, v.width, v.feature_channels, v.fourier_freqs, res, down).eval()
-    latent = LatentDenoiser(v.latent_channels, d.latent_channels, e.d_model).eval()
-    pixel = UNet(2, d.latent_channels, levels=2).eval()
-    for m in (vae, latent, pixel):
-        m.requires_grad_(False)
-    k = n_observed(res, cfg.masks.obs_fraction)
-    idx = torch.rand(batch, res * res).argsort(dim=1)[:, :k]
-    cond = latent.condition(torch.randn(batch, k, e.d_model), torch.ones(batch))
-    obs_loss, pde_loss = _losses(pde, idx, cfg.data.helmholtz_k)
+    v, e = cfg.vae, cfg.cond_encoder
+    vae = build(vae_spec(cfg, res, down)).eval()
     s = vae.latent_size(res)
+    latent = build(latent_spec(cfg, v.latent_channels, e.d_model, s)).eval()
+    pixel = build(pixel_spec(cfg, res, equal_width=True)).eval()
+    for m in (vae, latent, pixel):
+        m.requires_grad_(False).to(device)
+    k = n_observed(res, cfg.masks.obs_fraction)
+    idx = torch.rand(batch, res * res).argsort(dim=1)[:, :k].to(device)
+    cond = latent.condition(torch.randn(batch, k, e.d_model).to(device), torch.ones(batch, device=device))
+    obs_loss, pde_loss = _losses(pde, idx, cfg.data.helmholtz_k)
     lat = GuidedSampler(lambda z, t: latent(z, t, cond), lambda z0: vae.decode(z0, res),
-                        obs_loss, pde_loss, torch.randn(batch, v.latent_channels, s, s))
-    size = res + (-res) % 4
+                        obs_loss, pde_loss, torch.randn(batch, v.latent_channels, s, s).to(device))
+    size = res + (-res) % pad_multiple(pixel)
     pix = GuidedSampler(lambda x, t: pixel(x, t), lambda x0: x0[..., :res, :res],
-                        obs_loss, pde_loss, torch.randn(batch, 2, size, size))
+                        obs_loss, pde_loss, torch.randn(batch, 2, size, size).to(device))
     return lat, pix
 
 
 def compare_cost(cfg, schedule: VPSchedule, res: int, down: int, batch: int, n_steps: int,
-                 repeats: int) -> dict:
-    lat, pix = samplers_at(cfg, res, down, batch)
+                 repeats: int, device: torch.device | str = "cpu") -> dict:
+    lat, pix = samplers_at(cfg, res, down, batch, device=device)
     out = {"res": res, "latent_side": lat.z_T.shape[-1], "batch": batch}
     out["latent_macs_per_step"] = macs_per_guided_step(lat, schedule)
     out["pixel_macs_per_step"] = macs_per_guided_step(pix, schedule)

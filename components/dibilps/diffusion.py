@@ -35,12 +35,12 @@ class VPSchedule:
         self.abar = torch.cumprod(1 - self.betas, dim=0)          # abar[t], t = 0..n-1
 
     def q_sample(self, z0: torch.Tensor, t: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
-        ab = self.abar[t].to(z0.dtype).view(-1, *([1] * (z0.ndim - 1)))
+        ab = self.abar[t.cpu()].to(z0.device, z0.dtype).view(-1, *([1] * (z0.ndim - 1)))
         return ab.sqrt() * z0 + (1 - ab).sqrt() * eps
 
     def loss(self, net: Callable, z0: torch.Tensor, *cond) -> torch.Tensor:
         """DDPM ε-prediction loss with t uniform over the training steps."""
-        t = torch.randint(0, self.n, (z0.shape[0],))
+        t = torch.randint(0, self.n, (z0.shape[0],)).to(z0.device)   # CPU draws on every device
         eps = torch.randn_like(z0)
         return ((net(self.q_sample(z0, t, eps), t, *cond) - eps) ** 2).mean()
 
@@ -103,7 +103,7 @@ def guided_sample(eps_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     need_grad = guidance.zeta_obs > 0 or guidance.zeta_pde > 0
     for i, t in enumerate(ts):
         abar, abar_prev = schedule.abar_at(t), schedule.abar_at(ts[i + 1] if i + 1 < n_steps else -1)
-        tt = torch.full((z.shape[0],), t, dtype=torch.long)
+        tt = torch.full((z.shape[0],), t, dtype=torch.long, device=z.device)
         with torch.set_grad_enabled(need_grad):
             z_in = z.requires_grad_(guidance.zeta_pde > 0)
             eps = eps_fn(z_in, tt)

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from components.common.io import load_torch, write_json_atomic
+from components.dibilps.backbones import pad_multiple
 from components.dibilps.cost import compare_cost
 from components.dibilps.data import hr_res, load_masks, load_normaliser, load_split
 from components.dibilps.diffusion import Guidance, Trajectory, guided_sample
@@ -21,7 +22,7 @@ from components.dibilps.models import LatentDenoiser, UNet
 from components.dibilps.pde import Normaliser, residual_norm
 from components.dibilps.train import (gather_points, load_encoder, load_model, load_vae,
                                       mask_to_index, normalised_fields, observation_tokens,
-                                      schedule_from)
+                                      schedule_from, stage_device)
 
 DIRECTIONS = {"forward": 1.0, "inverse": -1.0}
 OBSERVED_CHANNEL = {"forward": 1, "inverse": 0}     # forward observes a, inverse observes u
@@ -74,22 +75,24 @@ class Models:
     helmholtz_k: float
     schedule: object
     n: int
+    device: torch.device = torch.device("cpu")
 
 
 def load_models(cfg, ctx, pde: str) -> Models:
-    data_dir = ctx.inputs["generate_pde_data"][pde]
-    latent, _ = load_model(ctx.inputs["train_latent_diffusion"][pde] / "latent_unet.pt", LatentDenoiser)
-    pixel, _ = load_model(ctx.inputs["train_pixel_diffusion"][pde] / "pixel_unet.pt", UNet)
+    data_dir, device = ctx.inputs["generate_pde_data"][pde], stage_device(cfg)
+    latent, _ = load_model(ctx.inputs["train_latent_diffusion"][pde] / "latent_unet.pt", LatentDenoiser, device)
+    pixel, _ = load_model(ctx.inputs["train_pixel_diffusion"][pde] / "pixel_unet.pt", UNet, device)
     blob = load_torch(ctx.inputs["encode_latents"][pde] / "latents.pt")
-    vae = load_vae(ctx.inputs["train_vae"][pde])
+    vae = load_vae(ctx.inputs["train_vae"][pde], device)
     for m in (latent, pixel, vae):
         for p in m.parameters():
             p.requires_grad_(False)
     u, _ = load_split(data_dir, "test")
     # the towers fine-tuned with the denoiser, not the contrastive stage's
-    return Models(pde, load_normaliser(data_dir), vae, load_encoder(ctx.inputs["train_latent_diffusion"][pde]),
+    return Models(pde, load_normaliser(data_dir), vae,
+                  load_encoder(ctx.inputs["train_latent_diffusion"][pde], device),
                   latent, pixel, float(blob["scale"]), cfg.data.helmholtz_k, schedule_from(cfg),
-                  int(u.shape[-1]))
+                  int(u.shape[-1]), device)
 
 
 def loss_fns(m: Models, fields_true: torch.Tensor, idx: torch.Tensor, direction: str):
@@ -114,13 +117,13 @@ def run_latent(m: Models, fields_true, idx, direction: str, guidance: Guidance, 
     """Sample the joint latent given the observations; returns normalised fields (B, 2, n, n).
     ``conditional=False`` samples the same network's unconditional prior (null token)."""
     b = fields_true.shape[0]
-    dir_t = torch.full((b,), DIRECTIONS[direction])
+    dir_t = torch.full((b,), DIRECTIONS[direction], device=m.device)
     with torch.no_grad():
         obs = observation_tokens(m.encoder, fields_true, idx, dir_t) if conditional else None
         cond = m.latent.condition(obs, dir_t, n_points=idx.shape[1])
     s = m.vae.latent_size(m.n)
     g = torch.Generator().manual_seed(seed)
-    z_T = torch.randn(b, m.vae.latent_channels, s, s, generator=g)
+    z_T = torch.randn(b, m.vae.latent_channels, s, s, generator=g).to(m.device)   # CPU draws
     obs_loss, pde_loss = loss_fns(m, fields_true, idx, direction)
     decode = lambda z0: m.vae.decode(z0 / m.scale, m.n)  # noqa: E731
     traj = guided_sample(lambda z, t: m.latent(z, t, cond), decode, obs_loss, pde_loss,
@@ -134,9 +137,9 @@ def run_latent(m: Models, fields_true, idx, direction: str, guidance: Guidance, 
 def run_pixel(m: Models, fields_true, idx, direction: str, guidance: Guidance, n_steps: int,
               seed: int) -> tuple[torch.Tensor, Trajectory]:
     b, n = fields_true.shape[0], m.n
-    size = n + (-n) % 4
+    size = n + (-n) % pad_multiple(m.pixel)
     g = torch.Generator().manual_seed(seed)
-    x_T = torch.randn(b, 2, size, size, generator=g)
+    x_T = torch.randn(b, 2, size, size, generator=g).to(m.device)
     obs_loss, pde_loss = loss_fns(m, fields_true, idx, direction)
     decode = lambda x0: x0[..., :n, :n]  # noqa: E731
     traj = guided_sample(lambda x, t: m.pixel(x, t), decode, obs_loss, pde_loss, m.schedule,
@@ -146,7 +149,7 @@ def run_pixel(m: Models, fields_true, idx, direction: str, guidance: Guidance, n
 
 def physical(m: Models, fields: torch.Tensor) -> np.ndarray:
     u, a = m.norm.decode(fields[:, 0], fields[:, 1])
-    return torch.stack([u, a], dim=1).numpy()
+    return torch.stack([u, a], dim=1).cpu().numpy()
 
 
 def batched(n_items: int, batch: int):
@@ -156,6 +159,21 @@ def batched(n_items: int, batch: int):
 
 # ----------------------------------------------------------------------------- calibration
 CALIBRATION_SEED = 10_000      # sampling seed of every validation run; never a test seed
+
+
+def sample_split(m: Models, sampler: str, fields, idx, direction: str, g: Guidance, gcfg,
+                 conditional: bool = True) -> np.ndarray:
+    """Physical samples of a whole validation split in batches of ``guidance.batch_size``
+    (batch k uses sampling seed CALIBRATION_SEED + k)."""
+    out = []
+    for k, sl in enumerate(batched(len(fields), gcfg.batch_size)):
+        if sampler == "latent":
+            f, _, _ = run_latent(m, fields[sl], idx[sl], direction, g, gcfg.steps, CALIBRATION_SEED + k,
+                                 conditional=conditional)
+        else:
+            f, _ = run_pixel(m, fields[sl], idx[sl], direction, g, gcfg.steps, CALIBRATION_SEED + k)
+        out.append(physical(m, f))
+    return np.concatenate(out)
 
 
 def is_interior(grid: list[float], chosen: float) -> bool:
@@ -169,11 +187,8 @@ def calibrate(m: Models, sampler: str, fields_val, idx_val, true_val: np.ndarray
     criterion: the primary validation error."""
     def score(zo: float, zp: float) -> float:
         g = Guidance(zo, zp, gcfg.early_exit_frac, gcfg.double_obs_step)
-        if sampler == "latent":
-            fields, _, _ = run_latent(m, fields_val, idx_val, direction, g, gcfg.steps, CALIBRATION_SEED)
-        else:
-            fields, _ = run_pixel(m, fields_val, idx_val, direction, g, gcfg.steps, CALIBRATION_SEED)
-        err = float(primary_error(m.pde, direction, physical(m, fields), true_val).mean())
+        pred = sample_split(m, sampler, fields_val, idx_val, direction, g, gcfg)
+        err = float(primary_error(m.pde, direction, pred, true_val).mean())
         return err if np.isfinite(err) else float("inf")
 
     obs_scores = {zo: score(zo, 0.0) for zo in gcfg.zeta_obs_grid}
@@ -191,12 +206,11 @@ def prior_premise(m: Models, fields_val, idx_val, true_val: np.ndarray, directio
     """Validation errors of the unguided samplers against predicting zero (normalised units,
     i.e. the training scale's centre): the conditional prior must use its condition."""
     g = Guidance(0.0, 0.0, gcfg.early_exit_frac, gcfg.double_obs_step)
-    err = lambda f: float(primary_error(m.pde, direction, physical(m, f), true_val).mean())  # noqa: E731
-    cond, _, _ = run_latent(m, fields_val, idx_val, direction, g, gcfg.steps, CALIBRATION_SEED)
-    uncond, _, _ = run_latent(m, fields_val, idx_val, direction, g, gcfg.steps, CALIBRATION_SEED,
-                              conditional=False)
+    err = lambda pred: float(primary_error(m.pde, direction, pred, true_val).mean())  # noqa: E731
+    cond = sample_split(m, "latent", fields_val, idx_val, direction, g, gcfg)
+    uncond = sample_split(m, "latent", fields_val, idx_val, direction, g, gcfg, conditional=False)
     return {"conditional": err(cond), "unconditional": err(uncond),
-            "zero": err(torch.zeros_like(fields_val))}
+            "zero": err(physical(m, torch.zeros_like(fields_val)))}
 
 
 def variant_guidance(variant: str, chosen: dict, gcfg) -> Guidance:
@@ -212,9 +226,9 @@ def infer_stage(cfg, ctx) -> None:
     m = load_models(cfg, ctx, pde)
     data_dir = ctx.inputs["generate_pde_data"][pde]
     masks = load_masks(ctx.inputs["make_masks"][pde])
-    fields = {s: normalised_fields(data_dir, s) for s in ("val", "test")}
+    fields = {s: normalised_fields(data_dir, s).to(m.device) for s in ("val", "test")}
     true = {s: np.stack(load_split(data_dir, s), axis=1) for s in ("val", "test")}
-    idx = {s: mask_to_index(masks[s]) for s in ("val", "test")}
+    idx = {s: mask_to_index(masks[s]).to(m.device) for s in ("val", "test")}
     n_hr = hr_res(m.n, cfg.data.sr_factor)
 
     chosen: dict = {}
@@ -265,7 +279,7 @@ def infer_stage(cfg, ctx) -> None:
     timing = benchmark(m, fields["test"], idx["test"], chosen, cfg)
     e = cfg.evaluate
     timing["cost"] = compare_cost(cfg, m.schedule, e.cost_res, e.cost_down, e.timing_batch,
-                                  e.cost_steps, e.timing_repeats)
+                                  e.cost_steps, e.timing_repeats, m.device)
     write_json_atomic(ctx.out_dir / "runs.json", runs)
     write_json_atomic(ctx.out_dir / "timing.json", timing)
     ctx.write_metrics({"n_runs": len(runs), **{f"zeta_{k}": [v["zeta_obs"], v["zeta_pde"]]

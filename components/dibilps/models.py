@@ -45,54 +45,26 @@ class ResBlock(nn.Module):
 
 
 # ----------------------------------------------------------------------------- VAE
-class FieldVAE(nn.Module):
-    """Conv encoder (2, n, n) -> latent (C, n/4, n/4) (mean, log-variance); decoder = conv trunk
-    to a feature map + a coordinate MLP queried at arbitrary points (bilinear features + Fourier
-    coordinates), so the output resolution is free ("GINO-lite")."""
+class ContinuousDecoding:
+    """What every field VAE shares: a feature map from the latent (``features``), sampled
+    bilinearly at any coordinates and read out by a coordinate MLP (``head``), so the output
+    resolution is free ("GINO-lite"), plus the VAE loss. Needs ``res``, ``down``,
+    ``fourier_freqs``, ``latent_channels``, ``head``, ``encode`` and ``features``."""
 
-    def __init__(self, latent_channels: int = 4, width: int = 32, feature_channels: int = 32,
-                 fourier_freqs: int = 4, res: int = 32, down: int = 2):
-        super().__init__()
-        self.res, self.fourier_freqs, self.down = res, fourier_freqs, down
-        # widths w, 2w, 4w, 4w... at n, n/2, n/4, ...: one conv at full resolution keeps CPU cost low
-        widths = [width * min(2 ** i, 4) for i in range(down + 1)]
-        enc: list[nn.Module] = [nn.Conv2d(2, widths[0], 3, padding=1), nn.SiLU()]
-        for i in range(down):
-            enc += [nn.Conv2d(widths[i], widths[i + 1], 3, stride=2, padding=1),
-                    ResBlock(widths[i + 1], widths[i + 1])]
-        enc += [_norm(widths[-1]), nn.SiLU(), nn.Conv2d(widths[-1], 2 * latent_channels, 3, padding=1)]
-        self.enc = nn.Sequential(*enc)
-        dec: list[nn.Module] = [nn.Conv2d(latent_channels, widths[-1], 3, padding=1),
-                                ResBlock(widths[-1], widths[-1])]
-        for i in reversed(range(1, down)):
-            dec += [nn.Upsample(scale_factor=2, mode="nearest"),
-                    nn.Conv2d(widths[i + 1], widths[i], 3, padding=1), ResBlock(widths[i], widths[i])]
-        dec += [nn.Upsample(scale_factor=2, mode="nearest"),
-                nn.Conv2d(widths[1], feature_channels, 3, padding=1)]
-        self.dec = nn.Sequential(*dec)
+    @staticmethod
+    def coordinate_head(feature_channels: int, fourier_freqs: int) -> nn.Sequential:
         d_in = feature_channels + 2 + 4 * fourier_freqs
-        self.head = nn.Sequential(nn.Linear(d_in, 64), nn.SiLU(), nn.Linear(64, 64), nn.SiLU(),
-                                  nn.Linear(64, 2))
-        self.latent_channels = latent_channels
+        return nn.Sequential(nn.Linear(d_in, 64), nn.SiLU(), nn.Linear(64, 64), nn.SiLU(),
+                             nn.Linear(64, 2))
 
     def latent_size(self, n: int) -> int:
         """Side of the latent of an n x n field (fields are padded to a multiple of 2^down)."""
         f = 2 ** self.down
         return (n + (-n) % f) // f
 
-    def encode(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """x (B, 2, n, n) -> mean, logvar (B, C, n/2^down, n/2^down); fields are padded
-        (replicate) from n to the next multiple of 2^down first."""
-        x = self._pad(x)
-        mean, logvar = self.enc(x).chunk(2, dim=1)
-        return mean, logvar.clamp(-20, 10)
-
     def _pad(self, x):
         pad = (-x.shape[-1]) % (2 ** self.down)
         return F.pad(x, (0, pad, 0, pad), mode="replicate") if pad else x
-
-    def features(self, z: torch.Tensor) -> torch.Tensor:
-        return self.dec(z)
 
     def query(self, z: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
         """Decode at coordinates (P, 2) in [0, 1]^2 -> (B, P, 2) normalised (u, a)."""
@@ -120,6 +92,44 @@ class FieldVAE(nn.Module):
         recon = self.decode(z, x.shape[-1])
         kl = 0.5 * (mean**2 + logvar.exp() - 1 - logvar).sum(dim=(1, 2, 3)).mean()
         return F.mse_loss(recon, x) + kl_weight * kl
+
+
+class FieldVAE(ContinuousDecoding, nn.Module):
+    """Conv encoder (2, n, n) -> latent (C, n/4, n/4) (mean, log-variance); decoder = conv trunk
+    to a feature map + the coordinate MLP of ``ContinuousDecoding``."""
+
+    def __init__(self, latent_channels: int = 4, width: int = 32, feature_channels: int = 32,
+                 fourier_freqs: int = 4, res: int = 32, down: int = 2):
+        super().__init__()
+        self.res, self.fourier_freqs, self.down = res, fourier_freqs, down
+        # widths w, 2w, 4w, 4w... at n, n/2, n/4, ...: one conv at full resolution keeps CPU cost low
+        widths = [width * min(2 ** i, 4) for i in range(down + 1)]
+        enc: list[nn.Module] = [nn.Conv2d(2, widths[0], 3, padding=1), nn.SiLU()]
+        for i in range(down):
+            enc += [nn.Conv2d(widths[i], widths[i + 1], 3, stride=2, padding=1),
+                    ResBlock(widths[i + 1], widths[i + 1])]
+        enc += [_norm(widths[-1]), nn.SiLU(), nn.Conv2d(widths[-1], 2 * latent_channels, 3, padding=1)]
+        self.enc = nn.Sequential(*enc)
+        dec: list[nn.Module] = [nn.Conv2d(latent_channels, widths[-1], 3, padding=1),
+                                ResBlock(widths[-1], widths[-1])]
+        for i in reversed(range(1, down)):
+            dec += [nn.Upsample(scale_factor=2, mode="nearest"),
+                    nn.Conv2d(widths[i + 1], widths[i], 3, padding=1), ResBlock(widths[i], widths[i])]
+        dec += [nn.Upsample(scale_factor=2, mode="nearest"),
+                nn.Conv2d(widths[1], feature_channels, 3, padding=1)]
+        self.dec = nn.Sequential(*dec)
+        self.head = self.coordinate_head(feature_channels, fourier_freqs)
+        self.latent_channels = latent_channels
+
+    def encode(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x (B, 2, n, n) -> mean, logvar (B, C, n/2^down, n/2^down); fields are padded
+        (replicate) from n to the next multiple of 2^down first."""
+        x = self._pad(x)
+        mean, logvar = self.enc(x).chunk(2, dim=1)
+        return mean, logvar.clamp(-20, 10)
+
+    def features(self, z: torch.Tensor) -> torch.Tensor:
+        return self.dec(z)
 
 
 # ----------------------------------------------------------------------------- condition encoder
@@ -165,7 +175,7 @@ class CondEncoder(nn.Module):
     def info_nce(self, coords, u_vals, a_vals) -> tuple[torch.Tensor, torch.Tensor]:
         eu, ea = self.embed("u", coords, u_vals), self.embed("a", coords, a_vals)
         logits = self.logit_scale.exp().clamp(max=100) * eu @ ea.T
-        target = torch.arange(len(eu))
+        target = torch.arange(len(eu), device=eu.device)
         loss = (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target)) / 2
         acc = (logits.argmax(dim=1) == target).float().mean()
         return loss, acc
@@ -240,16 +250,11 @@ class UNet(nn.Module):
         return self.out(h)
 
 
-class LatentDenoiser(nn.Module):
-    """The UNet plus the direction token: +1 forward (condition = sparse a), -1 inverse.
-    A learned null token stands in for the observation tokens when the condition is dropped
-    (training with ``cond_dropout``), which gives the unconditional prior of the same network."""
-
-    def __init__(self, latent_channels: int, ch: int, d_cond: int, levels: int = 1):
-        super().__init__()
-        self.unet = UNet(latent_channels, ch, levels=levels, d_cond=d_cond)
-        self.direction = nn.Linear(1, d_cond)
-        self.null = nn.Parameter(torch.zeros(1, 1, d_cond))
+class DirectionConditioning:
+    """The direction token: +1 forward (condition = sparse a), -1 inverse. A learned null token
+    stands in for the observation tokens when the condition is dropped (training with
+    ``cond_dropout``), which gives the unconditional prior of the same network. Needs
+    ``direction`` (Linear(1, d_cond)) and ``null`` ((1, 1, d_cond))."""
 
     def condition(self, obs_tokens: torch.Tensor | None, direction: torch.Tensor,
                   drop: torch.Tensor | None = None, n_points: int = 1) -> torch.Tensor:
@@ -262,6 +267,16 @@ class LatentDenoiser(nn.Module):
         if drop is not None:
             obs_tokens = torch.where(drop.view(-1, 1, 1), self.null.expand_as(obs_tokens), obs_tokens)
         return torch.cat([obs_tokens, tok], dim=1)
+
+
+class LatentDenoiser(DirectionConditioning, nn.Module):
+    """The conv UNet with cross-attention, conditioned on observation + direction tokens."""
+
+    def __init__(self, latent_channels: int, ch: int, d_cond: int, levels: int = 1):
+        super().__init__()
+        self.unet = UNet(latent_channels, ch, levels=levels, d_cond=d_cond)
+        self.direction = nn.Linear(1, d_cond)
+        self.null = nn.Parameter(torch.zeros(1, 1, d_cond))
 
     def forward(self, z, t, cond):
         return self.unet(z, t, cond)
@@ -281,5 +296,5 @@ class MaskedRegressor(nn.Module):
         n = x.shape[-1]
         pad = (-n) % 4
         x = F.pad(x, (0, pad, 0, pad)) if pad else x
-        t = torch.zeros(x.shape[0], dtype=torch.long)
+        t = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
         return self.head(self.net(x, t))[:, 0, :n, :n]

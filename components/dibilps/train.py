@@ -6,12 +6,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from components.common.devices import resolve_device
 from components.common.io import load_torch, save_torch
 from components.common.seeds import seed_everything
 from components.common.train import fit
+from components.dibilps.backbones import ARCHS, build, latent_spec, pad_multiple, pixel_spec, vae_spec
 from components.dibilps.data import load_normaliser, load_split
 from components.dibilps.diffusion import VPSchedule
-from components.dibilps.models import CondEncoder, FieldVAE, LatentDenoiser, UNet, grid_coords
+from components.dibilps.models import CondEncoder, FieldVAE, grid_coords
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -28,8 +30,13 @@ def random_batches(n: int, batch_size: int):
 
 
 def random_point_index(batch: int, n: int, k: int) -> torch.Tensor:
-    """(batch, k) distinct random node indices per row (flattened row-major)."""
+    """(batch, k) distinct random node indices per row (flattened row-major), on the CPU
+    (the CPU generator keeps the draws the same on every device)."""
     return torch.rand(batch, n * n).argsort(dim=1)[:, :k]
+
+
+def stage_device(cfg) -> torch.device:
+    return resolve_device(cfg.paper.device)
 
 
 def mask_to_index(masks: np.ndarray) -> torch.Tensor:
@@ -40,7 +47,8 @@ def mask_to_index(masks: np.ndarray) -> torch.Tensor:
 def gather_points(field: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """field (B, n, n), idx (B, k) -> coords (B, k, 2), values (B, k)."""
     n = field.shape[-1]
-    coords = grid_coords(n)[idx]
+    idx = idx.to(field.device)
+    coords = grid_coords(n, field.device)[idx]
     return coords, field.flatten(1).gather(1, idx)
 
 
@@ -72,32 +80,35 @@ def convergence(records, key: str) -> dict:
 
 
 def save_model(path: Path, model: torch.nn.Module, args: dict, **extra) -> None:
-    save_torch(path, {"state_dict": model.state_dict(), "args": args, **extra})
+    """State dict (on the CPU) + constructor args + class name, so any stage rebuilds it."""
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    save_torch(path, {"state_dict": state, "args": args, "arch": type(model).__name__, **extra})
 
 
-def load_model(path: Path, cls):
+def load_model(path: Path, cls, device: torch.device | str = "cpu"):
+    """The saved network; ``cls`` is the default for checkpoints without a class name."""
     blob = load_torch(path)
-    model = cls(**blob["args"])
+    model = ARCHS.get(blob.get("arch"), cls)(**blob["args"])
     model.load_state_dict(blob["state_dict"])
-    return model.eval(), blob
+    return model.to(device).eval(), blob
 
 
 # ----------------------------------------------------------------------------- VAE
 def train_vae_stage(cfg, ctx) -> None:
-    s, pde = cfg.vae, ctx.item["pde"]
+    s, pde, device = cfg.vae, ctx.item["pde"], stage_device(cfg)
     seed_everything(s.seed)
-    x = normalised_fields(ctx.inputs["generate_pde_data"][pde], "train")
-    args = {"latent_channels": s.latent_channels, "width": s.width,
-            "feature_channels": s.feature_channels, "fourier_freqs": s.fourier_freqs,
-            "res": int(x.shape[-1])}
-    vae = FieldVAE(**args)
+    x = normalised_fields(ctx.inputs["generate_pde_data"][pde], "train").to(device)
+    spec = vae_spec(cfg, int(x.shape[-1]))
+    args = spec[1]
+    vae = build(spec).to(device)
     records = fit(vae, (x[i] for i in random_batches(len(x), s.batch_size)),
                   lambda m, b: m(b, s.kl_weight), steps=s.steps, lr=s.lr, warmup=min(50, s.steps // 10),
                   ctx=ctx, log_every=20, prefix="vae")
     vae.eval()
-    val = normalised_fields(ctx.inputs["generate_pde_data"][pde], "val")
+    val = normalised_fields(ctx.inputs["generate_pde_data"][pde], "val").to(device)
     with torch.no_grad():
-        rec = vae.decode(vae.encode(val)[0], val.shape[-1])
+        rec = torch.cat([vae.decode(vae.encode(val[i:i + 64])[0], val.shape[-1])
+                         for i in range(0, len(val), 64)])
     rel = ((rec - val).flatten(2).norm(dim=2) / val.flatten(2).norm(dim=2)).mean(dim=0)
     save_model(ctx.out_dir / "vae.pt", vae, args)
     ctx.write_metrics({"final_loss": _tail_mean(records, "vae/loss"), "n_params": n_params(vae),
@@ -105,21 +116,21 @@ def train_vae_stage(cfg, ctx) -> None:
                        "val_rel_l2_u": float(rel[0]), "val_rel_l2_a": float(rel[1])})
 
 
-def load_vae(folder: Path) -> FieldVAE:
-    return load_model(Path(folder) / "vae.pt", FieldVAE)[0]
+def load_vae(folder: Path, device: torch.device | str = "cpu") -> torch.nn.Module:
+    return load_model(Path(folder) / "vae.pt", FieldVAE, device)[0]
 
 
 # ----------------------------------------------------------------------------- condition encoder
 def train_cond_encoder_stage(cfg, ctx) -> None:
-    s, pde = cfg.cond_encoder, ctx.item["pde"]
+    s, pde, device = cfg.cond_encoder, ctx.item["pde"], stage_device(cfg)
     seed_everything(s.seed)
-    x = normalised_fields(ctx.inputs["generate_pde_data"][pde], "train")
+    x = normalised_fields(ctx.inputs["generate_pde_data"][pde], "train").to(device)
     n = x.shape[-1]
     from components.dibilps.data import n_observed
     k = n_observed(n, cfg.masks.obs_fraction)
     args = {"d_model": s.d_model, "n_layers": s.n_layers, "n_heads": s.n_heads,
             "embed_dim": s.embed_dim, "temperature_init": s.temperature_init}
-    enc = CondEncoder(**args)
+    enc = CondEncoder(**args).to(device)
     accs: list[float] = []
 
     def loss_fn(model, idx):
@@ -135,7 +146,7 @@ def train_cond_encoder_stage(cfg, ctx) -> None:
                   weight_decay=1e-2, warmup=min(50, s.steps // 10), ctx=ctx, log_every=20,
                   prefix="encoder")
     # retrieval accuracy on val (fixed-size batch of val fields, fresh random points)
-    val = normalised_fields(ctx.inputs["generate_pde_data"][pde], "val")
+    val = normalised_fields(ctx.inputs["generate_pde_data"][pde], "val").to(device)
     g = torch.Generator().manual_seed(0)
     pts = torch.rand(len(val), n * n, generator=g).argsort(dim=1)[:, :k]
     coords, u_vals = gather_points(val[:, 0], pts)
@@ -149,17 +160,17 @@ def train_cond_encoder_stage(cfg, ctx) -> None:
                        "n_params": n_params(enc)})
 
 
-def load_encoder(folder: Path) -> CondEncoder:
-    return load_model(Path(folder) / "encoder.pt", CondEncoder)[0]
+def load_encoder(folder: Path, device: torch.device | str = "cpu") -> CondEncoder:
+    return load_model(Path(folder) / "encoder.pt", CondEncoder, device)[0]
 
 
 # ----------------------------------------------------------------------------- latents
 def encode_latents_stage(cfg, ctx) -> None:
-    pde = ctx.item["pde"]
-    vae = load_vae(ctx.inputs["train_vae"][pde])
+    pde, device = ctx.item["pde"], stage_device(cfg)
+    vae = load_vae(ctx.inputs["train_vae"][pde], device)
     x = normalised_fields(ctx.inputs["generate_pde_data"][pde], "train")
     with torch.no_grad():
-        z = torch.cat([vae.encode(x[i:i + 256])[0] for i in range(0, len(x), 256)])
+        z = torch.cat([vae.encode(x[i:i + 256].to(device))[0].cpu() for i in range(0, len(x), 256)])
     scale = float(1.0 / z.std())          # the role of SD's 0.18215, measured on our latents
     save_torch(ctx.out_dir / "latents.pt", {"z": z * scale, "scale": scale})
     ctx.write_metrics({"latent_shape": list(z.shape[1:]), "scale": scale,
@@ -177,7 +188,7 @@ class ConditionedDenoiser(torch.nn.Module):
     contrastive encoder and are fine-tuned by the diffusion loss (``finetune_encoder``), so the
     observation tokens carry what the denoiser needs, not only what aligns u with a."""
 
-    def __init__(self, net: LatentDenoiser, encoder: CondEncoder):
+    def __init__(self, net: torch.nn.Module, encoder: CondEncoder):
         super().__init__()
         self.net, self.encoder = net, encoder
 
@@ -187,23 +198,24 @@ class ConditionedDenoiser(torch.nn.Module):
 
 
 def train_latent_diffusion_stage(cfg, ctx) -> None:
-    d, pde = cfg.diffusion, ctx.item["pde"]
+    d, pde, device = cfg.diffusion, ctx.item["pde"], stage_device(cfg)
     seed_everything(d.seed)
     blob = load_torch(ctx.inputs["encode_latents"][pde] / "latents.pt")
-    z = blob["z"]
-    x = normalised_fields(ctx.inputs["generate_pde_data"][pde], "train")
-    encoder = load_encoder(ctx.inputs["train_cond_encoder"][pde])
+    z = blob["z"].to(device)
+    x = normalised_fields(ctx.inputs["generate_pde_data"][pde], "train").to(device)
+    encoder = load_encoder(ctx.inputs["train_cond_encoder"][pde], device)
     for p in encoder.parameters():
         p.requires_grad_(d.finetune_encoder)
     from components.dibilps.data import n_observed
     n, k = x.shape[-1], n_observed(x.shape[-1], cfg.masks.obs_fraction)
-    args = {"latent_channels": int(z.shape[1]), "ch": d.latent_channels, "d_cond": encoder.d_model}
-    model = ConditionedDenoiser(LatentDenoiser(**args), encoder)
+    spec = latent_spec(cfg, int(z.shape[1]), encoder.d_model, int(z.shape[-1]))
+    args = spec[1]
+    model = ConditionedDenoiser(build(spec), encoder).to(device)
     sched = schedule_from(cfg)
 
     def loss_fn(m, idx):
-        direction = torch.where(torch.rand(len(idx)) < 0.5, 1.0, -1.0)   # forward / inverse 50:50
-        drop = torch.rand(len(idx)) < d.cond_dropout                     # unconditional rows
+        direction = torch.where(torch.rand(len(idx)) < 0.5, 1.0, -1.0).to(device)  # forward / inverse 50:50
+        drop = (torch.rand(len(idx)) < d.cond_dropout).to(device)                  # unconditional rows
         with torch.set_grad_enabled(d.finetune_encoder):
             cond = m.cond(x[idx], random_point_index(len(idx), n, k), direction, drop)
         return sched.loss(m.net, z[idx], cond)
@@ -222,13 +234,14 @@ def train_latent_diffusion_stage(cfg, ctx) -> None:
 def train_pixel_diffusion_stage(cfg, ctx) -> None:
     """Baseline: unconditional joint (u, a) diffusion in pixel space (DiffusionPDE-style),
     the same VP schedule, conv UNet of the same width; guided with the same sampler."""
-    d, pde = cfg.diffusion, ctx.item["pde"]
+    d, pde, device = cfg.diffusion, ctx.item["pde"], stage_device(cfg)
     seed_everything(d.seed)
-    x = normalised_fields(ctx.inputs["generate_pde_data"][pde], "train")
-    args = {"in_ch": 2, "ch": d.pixel_channels, "levels": 2, "d_cond": 0}
-    net = UNet(**args)
+    x = normalised_fields(ctx.inputs["generate_pde_data"][pde], "train").to(device)
+    spec = pixel_spec(cfg, int(x.shape[-1]))
+    args = spec[1]
+    net = build(spec).to(device)
     sched = schedule_from(cfg)
-    pad = (-x.shape[-1]) % 4
+    pad = (-x.shape[-1]) % pad_multiple(net)
     xp = torch.nn.functional.pad(x, (0, pad, 0, pad), mode="replicate") if pad else x
     records = fit(net, random_batches(len(xp), d.batch_size),
                   lambda m, idx: sched.loss(m, xp[idx]), steps=d.pixel_steps, lr=d.lr,

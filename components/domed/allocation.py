@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from components.common.io import write_json_atomic
+from components.domed.data import benchmark_names, fold_envs
 
 FILE = "allocation.json"
 
@@ -42,15 +43,21 @@ def unseen_mask(sample_domains: np.ndarray, taus: list[list[int]]) -> np.ndarray
 
 
 def allocate_stage(cfg, ctx) -> None:
-    n_domains = cfg.data.n_domains
-    folds = {}
-    for test_env in cfg.data.test_envs:
-        sources = [d for d in range(n_domains) if d != test_env]
-        taus = teacher_domains(cfg.allocation.scheme, sources)
-        folds[str(test_env)] = {
-            "sources": sources,
-            "teachers": taus,
-            "unseen": {str(d): unseen_teachers(taus, d) for d in sources},
-        }
-    write_json_atomic(ctx.out_dir / FILE, folds)
-    ctx.write_metrics({"teachers_per_fold": len(next(iter(folds.values()))["teachers"])})
+    """Per benchmark (its domain count comes from ``build_domains``: 6 digit domains, 4 or 6
+    DomainBed ones) and test domain: the teachers' domain subsets and U(d)."""
+    out, metrics = {}, {}
+    for benchmark in cfg.data.benchmarks:
+        n_domains = len(benchmark_names(ctx.inputs["build_domains"], benchmark)["domains"])
+        folds = {}
+        for test_env in fold_envs(cfg.data.test_envs, n_domains):
+            sources = [d for d in range(n_domains) if d != test_env]
+            taus = teacher_domains(cfg.allocation.scheme, sources)
+            folds[str(test_env)] = {
+                "sources": sources,
+                "teachers": taus,
+                "unseen": {str(d): unseen_teachers(taus, d) for d in sources},
+            }
+        out[benchmark] = folds
+        metrics[f"{benchmark}/teachers_per_fold"] = len(next(iter(folds.values()))["teachers"])
+    write_json_atomic(ctx.out_dir / FILE, out)
+    ctx.write_metrics(metrics)

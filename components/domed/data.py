@@ -11,6 +11,9 @@ validation set used for model selection).
   and domain-specific (a teacher of domain d never sees a pixel of domain d' lit), and the test
   domain shows no shortcut at all (``test_split`` returns its clean images).
 - ``rotated_digits`` (reported): domain d is its chunk rotated by ``angles[d]`` (RotatedMNIST).
+- paper profile (``data.source = domainbed``): the DomainBed datasets named in ``benchmarks``,
+  indexed from ``domainbed_root`` (``components.domed.domainbed``); ``x`` is then an
+  ``ImageFiles`` that decodes the rows asked for, and no shortcut is ever lit.
 
 Every training stage reads its data through ``source_split`` so the held-out test domain can
 only ever reach ``evaluate`` (through ``test_split``).
@@ -20,9 +23,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 from scipy import ndimage
 
-from components.common.io import read_table, write_table
+from components.common.io import read_json, read_table, write_json_atomic, write_table
 
 BENCHMARKS = ("spurious_digits", "rotated_digits")
 N_CLASSES = 10
@@ -33,9 +37,13 @@ def table_name(benchmark: str) -> str:
     return f"domains-{benchmark}.parquet"
 
 
+def names_file(benchmark: str) -> str:
+    return f"domains-{benchmark}.json"
+
+
 @dataclass(frozen=True)
 class Split:
-    x: np.ndarray        # [N, 1, H, W] float32 in [0, 1]
+    x: np.ndarray        # [N, 1, H, W] float32 in [0, 1] (digits) or ImageFiles (DomainBed)
     y: np.ndarray        # [N] int64
     domain: np.ndarray   # [N] int64
     index: np.ndarray    # [N] row ids in the domains table (to align teacher predictions)
@@ -130,16 +138,17 @@ def _shortcut_classes(labels: np.ndarray, p: float, rng: np.random.Generator) ->
 
 def build_domains_stage(cfg, ctx) -> None:
     data = cfg.data
-    if data.source != "digits":
-        raise NotImplementedError(
-            "only the embedded digit benchmarks are implemented; the DomainBed image loader "
-            "(paper profile) is not written yet")
     metrics = {}
     for benchmark in data.benchmarks:
+        if data.source == "domainbed":
+            metrics.update(_index_domainbed(benchmark, data, ctx.out_dir))
+            continue
         arrays = build_benchmark(benchmark, data, data.data_seed)
         write_table(ctx.out_dir / table_name(benchmark), {
             "x": list(arrays["x"]), "y": arrays["y"], "domain": arrays["domain"],
             "split": np.where(arrays["is_out"], "out", "in"), "shortcut": arrays["shortcut"]})
+        write_json_atomic(ctx.out_dir / names_file(benchmark), {
+            "domains": [str(d) for d in range(data.n_domains)], "classes": [str(c) for c in range(N_CLASSES)]})
         counts = np.bincount(arrays["domain"])
         has = arrays["shortcut"] >= 0
         codes = shortcut_pixels(data.n_domains, data.image_size)[arrays["domain"][has]]
@@ -150,18 +159,64 @@ def build_domains_stage(cfg, ctx) -> None:
     ctx.write_metrics(metrics)
 
 
-def load_domains(folder, benchmark: str) -> dict[str, np.ndarray]:
+def _index_domainbed(benchmark: str, data, out_dir) -> dict:
+    """The file index of one DomainBed dataset (paths, not pixels) and its domain/class names."""
+    from components.domed.domainbed import index_dataset
+
+    arrays = index_dataset(data.domainbed_root, benchmark, data.holdout_fraction, data.data_seed)
+    write_table(out_dir / table_name(benchmark), {
+        "path": arrays["path"].tolist(), "y": arrays["y"], "domain": arrays["domain"],
+        "split": np.where(arrays["is_out"], "out", "in"), "shortcut": arrays["shortcut"]})
+    write_json_atomic(out_dir / names_file(benchmark), {
+        "domains": arrays["domains"].tolist(), "classes": arrays["classes"].tolist()})
+    counts = np.bincount(arrays["domain"])
+    return {f"{benchmark}/n_images": int(len(arrays["y"])), f"{benchmark}/min_domain_size": int(counts.min()),
+            f"{benchmark}/n_domains": len(arrays["domains"]), f"{benchmark}/n_classes": len(arrays["classes"]),
+            f"{benchmark}/folds": len(fold_envs(data.test_envs, len(arrays["domains"])))}
+
+
+def fold_envs(test_envs: list[int], n_domains: int) -> list[int]:
+    """The test domains of one benchmark: the requested indices it has (DomainNet has 6 domains,
+    the other DomainBed datasets 4, so one list serves them all)."""
+    return [e for e in test_envs if e < n_domains]
+
+
+def benchmark_names(folder, benchmark: str) -> dict[str, list[str]]:
+    return read_json(folder / names_file(benchmark))
+
+
+def load_domains(folder, benchmark: str, data=None) -> dict[str, np.ndarray]:
+    """A benchmark's rows; ``x`` is an array of pixels (digits) or the image files (DomainBed,
+    decoded at ``data.image_size`` when indexed). ``n_domains``/``n_classes`` come along."""
     table = read_table(folder / table_name(benchmark))
-    x = np.asarray(table.column("x").to_pylist(), dtype=np.float32)
-    side = int(round(np.sqrt(x.shape[1])))
-    return {"x": x.reshape(-1, 1, side, side), "y": table.column("y").to_numpy(),
+    names = benchmark_names(folder, benchmark)
+    if "path" in table.column_names:
+        from components.domed.domainbed import ImageFiles
+
+        x = ImageFiles(np.asarray(table.column("path").to_pylist()), data.image_size, data.loader_threads)
+    else:
+        flat = np.asarray(table.column("x").to_pylist(), dtype=np.float32)
+        side = int(round(np.sqrt(flat.shape[1])))
+        x = flat.reshape(-1, 1, side, side)
+    return {"x": x, "y": table.column("y").to_numpy(),
             "domain": table.column("domain").to_numpy(),
             "split": np.asarray(table.column("split").to_pylist()),
-            "shortcut": table.column("shortcut").to_numpy()}
+            "shortcut": table.column("shortcut").to_numpy(),
+            "n_domains": len(names["domains"]), "n_classes": len(names["classes"])}
+
+
+def take(x, rows) -> torch.Tensor:
+    """Rows (positions or a slice) of a split's images as a float tensor, whether ``x`` is an
+    in-memory array or ``ImageFiles``."""
+    if isinstance(x, np.ndarray):
+        return torch.as_tensor(x[rows if isinstance(rows, slice) else np.asarray(rows)])
+    return x[rows]
 
 
 def _select(arrays: dict[str, np.ndarray], rows: np.ndarray, with_shortcut: bool) -> Split:
     index = np.flatnonzero(rows)
+    if not isinstance(arrays["x"], np.ndarray):        # DomainBed files: no shortcut to light
+        return Split(arrays["x"].subset(index), arrays["y"][index], arrays["domain"][index], index)
     x = arrays["x"][index].copy()
     if with_shortcut:
         lit = arrays["shortcut"][index]

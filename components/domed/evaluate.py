@@ -10,10 +10,10 @@ from scipy.special import softmax
 
 from components.common.io import load_torch, read_json, read_table, write_json_atomic, write_table
 from components.common.metrics import summarize
-from components.domed.data import load_domains, test_split
+from components.domed.data import fold_envs, load_domains, test_split
 from components.domed.losses import dirichlet_alpha
 from components.domed.models import predict_logits
-from components.domed.train import DIAGNOSTICS, ENSEMBLE, STUDENTS, instance_item, instance_key, load_models
+from components.domed.train import DIAGNOSTICS, ENSEMBLE, STUDENTS, instance_item, load_models
 from components.domed.uncertainty import (dirichlet_uncertainty, ensemble_uncertainty, reliability,
                                           softmax_uncertainty)
 
@@ -21,10 +21,10 @@ ROWS = "rows.parquet"
 METRICS = ("acc", "nll", "ece", "prr", "auroc")
 
 
-def score_fold(cfg, ensemble: dict, students: dict[str, dict], x: np.ndarray, y: np.ndarray) -> dict:
+def score_fold(cfg, ensemble: dict, students: dict[str, dict], x, y: np.ndarray, n_classes: int = 10) -> dict:
     """{method: reliability metrics} for the baselines and every student variant."""
-    bins = cfg.evaluation.ece_bins
-    members = [predict_logits(m, x).numpy() for m in load_models(cfg, ensemble["states"])]
+    bins, batch = cfg.evaluation.ece_bins, cfg.model.predict_batch
+    members = [predict_logits(m, x, batch).numpy() for m in load_models(cfg, ensemble["states"], n_classes)]
     member_probs = softmax(np.stack(members), axis=-1)
     erm_scaled = members[0] / ensemble["temperature"]
     results = {
@@ -33,7 +33,7 @@ def score_fold(cfg, ensemble: dict, students: dict[str, dict], x: np.ndarray, y:
         "ensemble": reliability(member_probs.mean(0), y, ensemble_uncertainty(member_probs), bins),
     }
     for variant, state in students.items():
-        logits = predict_logits(load_models(cfg, [state])[0], x)
+        logits = predict_logits(load_models(cfg, [state], n_classes)[0], x, batch)
         alpha = dirichlet_alpha(logits, cfg.student.logit_clip).double().numpy()
         results[variant] = reliability(softmax(logits.numpy(), axis=-1), y, dirichlet_uncertainty(alpha), bins)
     return results
@@ -41,15 +41,14 @@ def score_fold(cfg, ensemble: dict, students: dict[str, dict], x: np.ndarray, y:
 
 def evaluate_stage(cfg, ctx) -> None:
     benchmark, seed = instance_item(ctx)
-    key = instance_key(benchmark, seed)
-    arrays = load_domains(ctx.inputs["build_domains"], benchmark)
-    ensembles = load_torch(ctx.inputs["train_erm"][key] / ENSEMBLE)
-    students = load_torch(ctx.inputs["train_student"][key] / STUDENTS)
+    arrays = load_domains(ctx.inputs["build_domains"], benchmark, cfg.data)
+    ensembles = load_torch(ctx.inputs["train_erm"] / ENSEMBLE)          # this instance's items only
+    students = load_torch(ctx.inputs["train_student"] / STUDENTS)
     rows = []
-    for test_env in cfg.data.test_envs:
+    for test_env in fold_envs(cfg.data.test_envs, arrays["n_domains"]):
         test = test_split(arrays, test_env)
         fold_students = {v: students[v][test_env] for v in cfg.student.variants}
-        results = score_fold(cfg, ensembles[test_env], fold_students, test.x, test.y)
+        results = score_fold(cfg, ensembles[test_env], fold_students, test.x, test.y, arrays["n_classes"])
         rows += [{"benchmark": benchmark, "method": method, "test_env": test_env, "seed": seed, **values}
                  for method, values in results.items()]
     table = pd.DataFrame(rows)

@@ -1,4 +1,5 @@
-"""Networks: a ~43k-parameter CNN for RotatedDigits (teachers, students and baselines alike)."""
+"""Networks: a ~43k-parameter CNN for the digit benchmarks (teachers, students and baselines
+alike), or, in the paper profile, a transformers ResNet from a local folder (``domainbed``)."""
 from __future__ import annotations
 
 import torch
@@ -26,11 +27,19 @@ class SmallCNN(nn.Module):
 def make_model(model_cfg, image_size: int, n_classes: int = 10) -> nn.Module:
     if model_cfg.arch == "small_cnn":
         return SmallCNN(n_classes, model_cfg.width, model_cfg.hidden, image_size)
-    raise NotImplementedError(f"arch {model_cfg.arch!r} needs the paper-profile backbone (not written yet)")
+    if model_cfg.arch == "resnet":
+        from components.domed.domainbed import ResNetClassifier
+
+        return ResNetClassifier(model_cfg.backbone_path, n_classes, model_cfg.device)
+    raise ValueError(f"unknown arch {model_cfg.arch!r}")
 
 
 @torch.no_grad()
 def predict_logits(model: nn.Module, x, batch_size: int = 1024) -> torch.Tensor:
+    """Logits (CPU) of every row of ``x``: an array, a tensor or ``ImageFiles``."""
+    from components.domed.data import take
+
     model.eval()
-    x = torch.as_tensor(x)
-    return torch.cat([model(x[i:i + batch_size]) for i in range(0, len(x), batch_size)])
+    if isinstance(x, torch.Tensor):
+        x = x.numpy()
+    return torch.cat([model(take(x, slice(i, i + batch_size))) for i in range(0, len(x), batch_size)])

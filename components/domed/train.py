@@ -7,7 +7,6 @@ steps and keep the checkpoint with the best accuracy on the *source-domain* "out
 """
 from __future__ import annotations
 
-import copy
 import zlib
 
 import numpy as np
@@ -18,7 +17,7 @@ from components.common.io import load_torch, read_json, save_torch, write_json_a
 from components.common.seeds import seed_everything
 from components.common.train import fit, make_optimizer
 from components.domed.allocation import FILE as ALLOCATION, unseen_mask
-from components.domed.data import Split, load_domains, source_split
+from components.domed.data import Split, fold_envs, load_domains, source_split, take
 from components.domed.losses import student_loss
 from components.domed.models import make_model, predict_logits
 
@@ -45,32 +44,59 @@ def batch_stream(n: int, batch_size: int, seed: int):
                 yield chunk
 
 
+def domain_batches(domains: np.ndarray, per_domain: int, seed: int):
+    """DomainBed's minibatches: ``per_domain`` rows from every domain present, each domain's
+    rows reshuffled every epoch on their own. Yields positions into ``domains``."""
+    streams = []
+    for d in np.unique(domains):
+        rows = torch.as_tensor(np.flatnonzero(domains == d))
+        if len(rows) < per_domain:   # batch_stream would never yield a full batch
+            raise ValueError(f"domain {d} has {len(rows)} training rows, fewer than the {per_domain} a batch takes")
+        streams.append((rows, batch_stream(len(rows), per_domain, seed + int(d))))
+    while True:
+        yield torch.cat([rows[next(stream)] for rows, stream in streams])
+
+
+def training_batches(cfg, train: Split, seed: int):
+    if cfg.optim.per_domain_batch:
+        return domain_batches(train.domain, cfg.optim.batch_size, seed)
+    return batch_stream(len(train.y), cfg.optim.batch_size, seed)
+
+
 def train_model(cfg, train: Split, val: Split, loss_fn, steps: int, seed: int, ctx=None,
-                prefix: str = "train") -> tuple[torch.nn.Module, float]:
+                prefix: str = "train", n_classes: int = 10) -> tuple[torch.nn.Module, float]:
     """Fit a fresh model; ``loss_fn(model, rows)`` gets positions into ``train``. Returns the
     best checkpoint by validation accuracy and that accuracy."""
     seed_everything(seed)
-    model = make_model(cfg.model, cfg.data.image_size)
-    val_x, val_y = torch.as_tensor(val.x), torch.as_tensor(val.y)
+    model = make_model(cfg.model, cfg.data.image_size, n_classes)
+    val_y = torch.as_tensor(val.y)
     best = {"acc": -1.0, "state": None}
 
     def select(m):
-        acc = float((predict_logits(m, val_x).argmax(1) == val_y).float().mean())
-        if acc > best["acc"]:
-            best.update(acc=acc, state=copy.deepcopy(m.state_dict()))
+        acc = float((predict_logits(m, val.x, cfg.model.predict_batch).argmax(1) == val_y).float().mean())
+        if acc > best["acc"]:   # kept on the CPU: a GPU copy per checkpoint would double memory
+            best.update(acc=acc, state={k: v.detach().cpu().clone() for k, v in m.state_dict().items()})
         return {f"{prefix}/val_acc": acc}
 
     optimizer = make_optimizer(model.parameters(), name="adam", lr=cfg.optim.lr)
-    fit(model, batch_stream(len(train.y), cfg.optim.batch_size, seed), loss_fn, steps=steps,
+    fit(model, training_batches(cfg, train, seed), loss_fn, steps=steps,
         optimizer=optimizer, grad_clip=cfg.optim.grad_clip, ctx=ctx, log_every=cfg.optim.eval_every,
         eval_fn=select, eval_every=cfg.optim.eval_every, prefix=prefix)
     model.load_state_dict(best["state"])
     return model.eval(), best["acc"]
 
 
-def cross_entropy_loss(split: Split):
-    x, y = torch.as_tensor(split.x), torch.as_tensor(split.y)
-    return lambda model, rows: F.cross_entropy(model(x[rows]), y[rows])
+def training_images(cfg, split: Split, seed: int):
+    """What a training loss reads: the split's images, with DomainBed's augmentation when they
+    are image files and ``data.augment`` is on (digit arrays are used as they are)."""
+    if cfg.data.augment and hasattr(split.x, "augmented"):
+        return split.x.augmented(seed)
+    return split.x
+
+
+def cross_entropy_loss(cfg, split: Split, seed: int):
+    x, y = training_images(cfg, split, seed), torch.as_tensor(split.y)
+    return lambda model, rows: F.cross_entropy(model(take(x, rows)), y[rows])
 
 
 def instance_item(ctx) -> tuple[str, int]:
@@ -82,17 +108,18 @@ def instance_item(ctx) -> tuple[str, int]:
 def train_teachers_stage(cfg, ctx) -> None:
     """One ERM teacher per source domain, for every test domain of this (benchmark, seed)."""
     benchmark, seed = instance_item(ctx)
-    arrays = load_domains(ctx.inputs["build_domains"], benchmark)
-    allocation = read_json(ctx.inputs["allocate"] / ALLOCATION)
+    arrays = load_domains(ctx.inputs["build_domains"], benchmark, cfg.data)
+    allocation = read_json(ctx.inputs["allocate"] / ALLOCATION)[benchmark]
     folds, val_accs = {}, []
-    for test_env in cfg.data.test_envs:
+    for test_env in fold_envs(cfg.data.test_envs, arrays["n_domains"]):
         taus = allocation[str(test_env)]["teachers"]
         states = []
         for m, tau in enumerate(taus):
             train, val = source_split(arrays, test_env, "in", tau), source_split(arrays, test_env, "out", tau)
-            model, acc = train_model(cfg, train, val, cross_entropy_loss(train), cfg.optim.teacher_steps,
-                                     run_seed(seed, test_env, f"{benchmark}/teacher{m}"), ctx,
-                                     prefix=f"env{test_env}/teacher{m}")
+            model_seed = run_seed(seed, test_env, f"{benchmark}/teacher{m}")
+            model, acc = train_model(cfg, train, val, cross_entropy_loss(cfg, train, model_seed),
+                                     cfg.optim.teacher_steps, model_seed, ctx,
+                                     prefix=f"env{test_env}/teacher{m}", n_classes=arrays["n_classes"])
             states.append(model.state_dict())
             val_accs.append(acc)
         folds[test_env] = {"teachers": taus, "states": states}
@@ -114,30 +141,30 @@ def train_erm_stage(cfg, ctx) -> None:
     """Deep ensemble of ERMs on all source domains, per test domain; member 0 is the ERM
     baseline, and the whole ensemble is also the teacher set of seen-domain KD."""
     benchmark, seed = instance_item(ctx)
-    arrays = load_domains(ctx.inputs["build_domains"], benchmark)
+    arrays = load_domains(ctx.inputs["build_domains"], benchmark, cfg.data)
     folds, erm_accs, temperatures = {}, [], []
-    for test_env in cfg.data.test_envs:
+    for test_env in fold_envs(cfg.data.test_envs, arrays["n_domains"]):
         train, val = source_split(arrays, test_env, "in"), source_split(arrays, test_env, "out")
         states = []
         for k in range(cfg.baselines.n_ensemble):
-            model, acc = train_model(cfg, train, val, cross_entropy_loss(train), cfg.optim.steps,
-                                     run_seed(seed, test_env, f"{benchmark}/erm{k}"), ctx,
-                                     prefix=f"env{test_env}/erm{k}")
+            model_seed = run_seed(seed, test_env, f"{benchmark}/erm{k}")
+            model, acc = train_model(cfg, train, val, cross_entropy_loss(cfg, train, model_seed), cfg.optim.steps,
+                                     model_seed, ctx, prefix=f"env{test_env}/erm{k}", n_classes=arrays["n_classes"])
             states.append(model.state_dict())
             if k == 0:
                 erm_accs.append(acc)
-                temperature = fit_temperature(predict_logits(model, val.x).numpy(), val.y,
-                                              cfg.baselines.temperature_grid)
+                temperature = fit_temperature(predict_logits(model, val.x, cfg.model.predict_batch).numpy(),
+                                              val.y, cfg.baselines.temperature_grid)
                 temperatures.append(temperature)
         folds[test_env] = {"states": states, "temperature": temperature}
     save_torch(ctx.out_dir / ENSEMBLE, folds)
     ctx.write_metrics({"erm_val_acc": float(np.mean(erm_accs)), "erm_temperature": float(np.mean(temperatures))})
 
 
-def load_models(cfg, states: list[dict]) -> list[torch.nn.Module]:
+def load_models(cfg, states: list[dict], n_classes: int = 10) -> list[torch.nn.Module]:
     models = []
     for state in states:
-        model = make_model(cfg.model, cfg.data.image_size)
+        model = make_model(cfg.model, cfg.data.image_size, n_classes)
         model.load_state_dict(state)
         models.append(model.eval())
     return models
@@ -148,17 +175,16 @@ def teacher_predict_stage(cfg, ctx) -> None:
     teach which row: ``unseen`` (single-domain teachers, masked by domain) and ``seen`` (ERM
     ensemble, all). Also the premise diagnostics, on source rows only."""
     benchmark, seed = instance_item(ctx)
-    key = instance_key(benchmark, seed)
-    arrays = load_domains(ctx.inputs["build_domains"], benchmark)
-    teachers = load_torch(ctx.inputs["train_teachers"][key] / TEACHERS)
-    ensembles = load_torch(ctx.inputs["train_erm"][key] / ENSEMBLE)
+    arrays = load_domains(ctx.inputs["build_domains"], benchmark, cfg.data)
+    teachers = load_torch(ctx.inputs["train_teachers"] / TEACHERS)     # this instance's item only
+    ensembles = load_torch(ctx.inputs["train_erm"] / ENSEMBLE)
     folds, diagnostics = {}, {}
-    for test_env in cfg.data.test_envs:
+    for test_env in fold_envs(cfg.data.test_envs, arrays["n_domains"]):
         rows = source_split(arrays, test_env, None)  # source rows only, in and out
-        x = torch.as_tensor(rows.x)
 
         def stack(states):
-            return torch.stack([predict_logits(m, x) for m in load_models(cfg, states)], dim=1)
+            return torch.stack([predict_logits(m, rows.x, cfg.model.predict_batch)
+                                for m in load_models(cfg, states, arrays["n_classes"])], dim=1)
 
         unseen_logits, seen_logits = stack(teachers[test_env]["states"]), stack(ensembles[test_env]["states"])
         mask = torch.as_tensor(unseen_mask(rows.domain, teachers[test_env]["teachers"]))
@@ -190,7 +216,8 @@ def teacher_diagnostics(logits: torch.Tensor, mask: torch.Tensor, labels: torch.
         acc, confidence = float(correct[rows].mean()), float(conf[rows].mean())
         out.update({f"teacher_acc_{name}": acc, f"teacher_conf_{name}": confidence,
                     f"teacher_overconf_{name}": confidence - acc})
-    out["premise_acc_ratio"] = out["teacher_acc_unseen"] / out["teacher_acc_seen_val"]
+    seen = out["teacher_acc_seen_val"]     # 0 only for an untrained teacher (tiny paper-shape runs)
+    out["premise_acc_ratio"] = out["teacher_acc_unseen"] / seen if seen > 0 else float("nan")
     out["premise_overconf_gap"] = out["teacher_overconf_unseen"] - out["teacher_overconf_seen_val"]
     m = logits.shape[1]
     disagree = [float((pred[:, i] != pred[:, j]).float().mean()) for i in range(m) for j in range(i + 1, m)]
@@ -210,12 +237,12 @@ def student_data(fold: dict, arrays: dict, test_env: int, teachers: str, split: 
 def train_student_stage(cfg, ctx) -> None:
     """Every distilled variant, for every test domain of this (benchmark, seed)."""
     benchmark, seed = instance_item(ctx)
-    arrays = load_domains(ctx.inputs["build_domains"], benchmark)
-    predictions = load_torch(ctx.inputs["teacher_predict"][instance_key(benchmark, seed)] / PREDICTIONS)
+    arrays = load_domains(ctx.inputs["build_domains"], benchmark, cfg.data)
+    predictions = load_torch(ctx.inputs["teacher_predict"] / PREDICTIONS)   # this instance's item only
     states, val_accs = {}, {}
     for variant in cfg.student.variants:
         states[variant] = {}
-        for test_env in cfg.data.test_envs:
+        for test_env in fold_envs(cfg.data.test_envs, arrays["n_domains"]):
             model, acc = train_student(cfg, arrays, predictions[test_env], test_env, variant, seed, benchmark, ctx)
             states[variant][test_env] = model.state_dict()
             val_accs.setdefault(variant, []).append(acc)
@@ -227,14 +254,14 @@ def train_student(cfg, arrays, fold, test_env, variant, seed, benchmark, ctx):
     spec, student = cfg.student.specs[variant], cfg.student
     train, teacher_logits, mask = student_data(fold, arrays, test_env, spec.teachers, "in")
     val = source_split(arrays, test_env, "out")
-    x, y = torch.as_tensor(train.x), torch.as_tensor(train.y)
+    model_seed = run_seed(seed, test_env, f"{benchmark}/student/{variant}")
+    x, y = training_images(cfg, train, model_seed), torch.as_tensor(train.y)
 
     def loss_fn(model, rows):
-        return student_loss(model(x[rows]), teacher_logits[rows], mask[rows], y[rows],
+        return student_loss(model(take(x, rows)), teacher_logits[rows], mask[rows], y[rows],
                             distill_weight=spec.distill_weight, dirichlet_weight=spec.dirichlet_weight,
                             label_weight=spec.label_weight, temperature=student.temperature,
                             clip=student.logit_clip, floor=student.prob_floor)
 
-    return train_model(cfg, train, val, loss_fn, cfg.optim.steps,
-                       run_seed(seed, test_env, f"{benchmark}/student/{variant}"), ctx,
-                       prefix=f"env{test_env}/{variant}")
+    return train_model(cfg, train, val, loss_fn, cfg.optim.steps, model_seed, ctx,
+                       prefix=f"env{test_env}/{variant}", n_classes=arrays["n_classes"])

@@ -1,6 +1,7 @@
 """Params of the linrnn reproduction. Defaults are the ``small`` profile."""
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
 from components.common.config import MethodConfig, Section
@@ -51,6 +52,8 @@ class RingWorld(Section):
     alf_delta: float = 0.1
     episode_len: int = 50
     rnn_hidden: int = 12             # LRU baseline: 12 complex states
+    s5_width: int = 256              # s5_h<N> variants: channels of each S5 layer (Lu et al.: 256)
+    s5_layers: int = 4               # S5 layers (Lu et al.: 4)
     n_envs: int = 64
     total_steps: int = 300_000
     rollout_len: int = 32
@@ -62,7 +65,48 @@ class RingWorld(Section):
     ppo_epochs: int = 4
     minibatches: int = 4
     entropy_coef: float = 0.01
+    value_coef: float = 0.5          # weight of the squared value error
+    adam_eps: float = 1e-8           # torch's default; Lu et al. use 1e-5
+    device: str = "cpu"              # "auto" (paper): CUDA when visible, else CPU
     auc_bins: int = 20               # the learning curve is averaged in this many env-step bins
+
+
+# Variant names (kept here, free of torch, so that the preflight adds no code dependency)
+FILTER_VARIANTS = ("memoryless", "lof_direct", "lof_softmax", "alf_direct", "alf_softmax")
+RECURRENT_VARIANT = re.compile(r"^(s5|deep_alf)_h(\d+)$")
+
+
+def parse_recurrent(variant: str) -> tuple[str, int] | None:
+    """``s5_h256`` -> ("s5", 256); ``deep_alf_h12`` -> ("deep_alf", 12); else None."""
+    match = RECURRENT_VARIANT.match(variant)
+    return (match.group(1), int(match.group(2))) if match else None
+
+
+def known_variant(variant: str) -> bool:
+    return variant == "lru" or variant in FILTER_VARIANTS or parse_recurrent(variant) is not None
+
+
+PAPER_VARIANTS = ["memoryless", "lof_direct", "lof_softmax", "alf_direct", "alf_softmax",
+                  "deep_alf_h12", "s5_h12", "s5_h256"]
+
+
+def check_ringworld(p: RingWorld) -> None:
+    for variant in p.variants:
+        if not known_variant(variant):
+            raise ValueError(f"ringworld.variants: unknown variant {variant!r}; choose memoryless, "
+                             "lof_direct, lof_softmax, alf_direct, alf_softmax, lru, s5_h<N> or deep_alf_h<N>")
+        kind, size = parse_recurrent(variant) or ("", 0)
+        if kind == "s5" and (size < 2 or size % 2):
+            raise ValueError(f"ringworld.variants: {variant!r} needs an even state size >= 2 "
+                             "(S5 keeps conjugate pairs)")
+        if kind == "deep_alf" and size < 1:
+            raise ValueError(f"ringworld.variants: {variant!r} needs a state size >= 1")
+    if p.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError(f"ringworld.device: {p.device!r} requested but no CUDA device is visible "
+                             "(set it to 'auto' or 'cpu')")
 
 
 class LinrnnConfig(MethodConfig):
@@ -81,7 +125,21 @@ class LinrnnConfig(MethodConfig):
         "ringworld": {"variants": ["alf_direct", "lru"], "total_steps": 4096,
                       "n_envs": 32, "auc_bins": 4},
     }
+    # The paper's RL study (section 6.2): its seven memories (plus memoryless, the reference of
+    # C5b/c), 8 seeds, 30M env steps, PPO with the hyper-parameters of Lu et al. 2023
+    # (popjaxrl's POPGym runs: lr 5e-5, 64 envs x 1024 steps, 30 epochs x 8 minibatches,
+    # gamma 0.99, GAE 1, clip 0.2, no entropy bonus, value weight 1 on half the squared error,
+    # Adam eps 1e-5, grad norm 0.5, no lr annealing). The filter stages keep the small setting,
+    # which is already the paper's.
     PAPER: ClassVar[dict] = {
         "seeds": [0, 1, 2, 3, 4, 5, 6, 7],
-        "ringworld": {"total_steps": 2_000_000, "n_envs": 256},
+        "ringworld": {"variants": PAPER_VARIANTS, "total_steps": 30_000_000, "n_envs": 64,
+                      "rollout_len": 1024, "ppo_epochs": 30, "minibatches": 8, "lr": 5e-5,
+                      "gamma": 0.99, "gae_lambda": 1.0, "clip": 0.2, "entropy_coef": 0.0,
+                      "value_coef": 0.5, "adam_eps": 1e-5, "hidden": 128, "device": "auto"},
     }
+
+    def preflight(self) -> None:
+        """Unknown variants, an odd S5 size or an unusable device fail here, in one line
+        naming the key, before any stage runs."""
+        check_ringworld(self.ringworld)

@@ -82,8 +82,17 @@ def ringworld_summary(train_dirs: dict, variants: list[str], seeds: list[int], t
            for v in variants}
     if {"alf_direct", "lof_direct"} <= set(variants):
         out["alf_minus_lof_direct_auc"] = paired_difference(auc["alf_direct"], auc["lof_direct"])
+    for first, second in learned_memory_pairs(variants):
+        out[f"{first}_minus_{second}_auc"] = paired_difference(auc[first], auc[second])
     out["per_seed_auc"] = auc
     return out
+
+
+def learned_memory_pairs(variants: list[str]) -> list[tuple[str, str]]:
+    """The paper profile's comparisons: every Deep ALF against every S5 (Deep ALF at h = 12
+    against S5 at h = 12 and at h = 256)."""
+    deep = [v for v in variants if v.startswith("deep_alf_h")]
+    return [(d, s) for d in deep for s in variants if s.startswith("s5_h")]
 
 
 def area_under_curve(episodes, total_steps: int, n_bins: int) -> float:
@@ -116,6 +125,11 @@ def ringworld_metrics(rl: dict, variants: list[str]) -> dict[str, float]:
                         "ringworld_alf_minus_lof_direct_auc_ci_low": diff["ci_low"],
                         "ringworld_alf_minus_lof_direct_auc_ci_high": diff["ci_high"],
                         "ringworld_alf_beats_lof_direct_seeds": float(diff["wins"])})
+    for first, second in learned_memory_pairs(variants):
+        diff = rl[f"{first}_minus_{second}_auc"]
+        name = f"ringworld_{first}_minus_{second}_auc"
+        metrics.update({name: diff["mean"], f"{name}_ci_low": diff["ci_low"],
+                        f"{name}_ci_high": diff["ci_high"], f"{name}_wins": float(diff["wins"])})
     return metrics
 
 

@@ -5,6 +5,9 @@
 - ``lru`` is the recurrent baseline: an LRU/S5-style complex-diagonal linear RNN (hidden size
   ``rnn_hidden``) over [one-hot observation, one-hot previous action], trained end to end with
   truncated BPTT over each rollout segment, feeding the same MLP.
+- ``s5_h<N>`` and ``deep_alf_h<N>`` are the paper's recurrent memories (``recurrent.py``):
+  an S5 stack with N state dimensions per layer and the learned ALF with N states, over the
+  same inputs as ``lru`` and into the same MLP.
 
 Every variant gets the same budget and the same PPO settings; minibatches are whole env
 columns of the rollout (what BPTT needs), for all variants alike. All randomness comes from
@@ -20,10 +23,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from components.common.devices import resolve_device
 from components.common.io import save_torch, write_table
 from components.common.rl import gae, ppo_loss
 from components.common.seeds import seed_everything
-from components.linrnn.ringworld import FILTER_VARIANTS, MOVES, FilterFeatures, RingSpec, RingWorld
+from components.linrnn.config import FILTER_VARIANTS, parse_recurrent
+from components.linrnn.recurrent import DeepALFPolicy, S5Policy
+from components.linrnn.ringworld import MOVES, FilterFeatures, RingSpec, RingWorld
 
 N_ACTIONS = len(MOVES)
 
@@ -76,6 +82,9 @@ class FeaturePolicy(nn.Module):
         super().__init__()
         self.head = MLPHead(dim, hidden)
 
+    def initial_state(self, n: int) -> torch.Tensor:
+        return torch.zeros(n, self.state_size)
+
     def step(self, x, h, start):
         logits, value = self.head(x)
         return logits, value, h
@@ -116,6 +125,9 @@ class RecurrentPolicy(nn.Module):
         self.head = MLPHead(2 * size + in_dim, hidden)
         self.state_size = 2 * size
 
+    def initial_state(self, n: int) -> torch.Tensor:
+        return torch.zeros(n, self.state_size)
+
     def step(self, x, h, start):
         h = self.rnn.step(h * (1 - start)[:, None], x)    # a new episode starts from h = 0
         logits, value = self.head(torch.cat([h, x], dim=-1))
@@ -141,9 +153,17 @@ def init_parameters(model: nn.Module, rng: np.random.Generator) -> None:
 
 
 def build(variant: str, spec: RingSpec, p, rng: np.random.Generator):
+    recurrent = parse_recurrent(variant)
     if variant == "lru":
         memory = InputFeatures(spec, p.n_envs)
         model = RecurrentPolicy(memory.dim, p.rnn_hidden, p.hidden, rng)
+    elif recurrent:
+        kind, size = recurrent
+        memory = InputFeatures(spec, p.n_envs)
+        if kind == "s5":
+            model = S5Policy(memory.dim, size, p.s5_width, p.s5_layers, MLPHead(p.s5_width, p.hidden), rng)
+        else:
+            model = DeepALFPolicy(spec.n_obs, N_ACTIONS, size, p.alf_delta, MLPHead(size, p.hidden), rng)
     elif variant in FILTER_VARIANTS:
         memory = FilterFeatures(variant, spec, p.n_envs, p.alf_delta)
         model = FeaturePolicy(memory.dim, p.hidden)
@@ -164,16 +184,24 @@ def trained_steps(p) -> int:
     return max(1, p.total_steps // (p.n_envs * p.rollout_len)) * p.n_envs * p.rollout_len
 
 
-def train_ppo(variant: str, seed: int, p, progress=None, log=None) -> dict:
-    """PPO on one memory variant; returns the model, the episode curve and the final return."""
+def start_run(variant: str, seed: int, p):
+    """The run's generator, envs, memory, model (on its device), optimizer and rollout state."""
     rng = seed_everything(seed)
+    device = resolve_device(p.device)
     spec = RingSpec(p)
     env = RingWorld(spec, p.n_envs, rng)
     memory, model = build(variant, spec, p, rng)
+    model.to(device)
     memory.reset(np.ones(p.n_envs, dtype=bool), env.observe())
-    optimizer = torch.optim.Adam(model.parameters(), lr=p.lr)
-    run = {"h": torch.zeros(p.n_envs, model.state_size), "start": torch.ones(p.n_envs),
-           "episode_return": np.zeros(p.n_envs), "finished": []}   # finished: (env steps, return)
+    optimizer = torch.optim.Adam(model.parameters(), lr=p.lr, eps=p.adam_eps)
+    run = {"h": model.initial_state(p.n_envs).to(device), "start": torch.ones(p.n_envs, device=device),
+           "device": device, "episode_return": np.zeros(p.n_envs), "finished": []}   # finished: (env steps, return)
+    return rng, env, memory, model, optimizer, run
+
+
+def train_ppo(variant: str, seed: int, p, progress=None, log=None) -> dict:
+    """PPO on one memory variant; returns the model, the episode curve and the final return."""
+    rng, env, memory, model, optimizer, run = start_run(variant, seed, p)
     steps_per_update = p.n_envs * p.rollout_len
     n_updates = trained_steps(p) // steps_per_update
     for update in range(n_updates):
@@ -194,13 +222,15 @@ def train_ppo(variant: str, seed: int, p, progress=None, log=None) -> dict:
 def collect(env, memory, model, p, run, base_step, rng) -> dict[str, torch.Tensor]:
     keys = ("x", "start", "act", "logp", "value", "reward", "done")
     roll = {k: [] for k in keys}
-    h0 = run["h"]
+    h0, device = run["h"], run["device"]
+    tensor = lambda values, dtype=torch.float32: torch.as_tensor(values, dtype=dtype, device=device)
     with torch.no_grad():
         for t in range(p.rollout_len):
-            x = torch.as_tensor(memory.state, dtype=torch.float32)
+            x = tensor(memory.state)
             logits, value, run["h"] = model.step(x, run["h"], run["start"])
-            action = sample(logits, rng)
-            logp = torch.log_softmax(logits, dim=-1)[torch.arange(len(action)), torch.as_tensor(action)]
+            action = sample(logits.cpu(), rng)
+            act = tensor(action, torch.long)
+            logp = torch.log_softmax(logits, dim=-1).gather(-1, act[:, None]).squeeze(-1)
             reward, done, y = env.step(action)
             run["episode_return"] += reward
             for i in np.flatnonzero(done):
@@ -208,12 +238,10 @@ def collect(env, memory, model, p, run, base_step, rng) -> dict[str, torch.Tenso
             run["episode_return"][done] = 0.0
             memory.update(action, y)
             memory.reset(done, y)
-            for key, val in zip(keys, (x, run["start"], torch.as_tensor(action), logp, value,
-                                       torch.as_tensor(reward, dtype=torch.float32),
-                                       torch.as_tensor(done, dtype=torch.float32))):
+            for key, val in zip(keys, (x, run["start"], act, logp, value, tensor(reward), tensor(done))):
                 roll[key].append(val)
-            run["start"] = torch.as_tensor(done, dtype=torch.float32)
-        _, last_value, _ = model.step(torch.as_tensor(memory.state, dtype=torch.float32), run["h"], run["start"])
+            run["start"] = tensor(done)
+        _, last_value, _ = model.step(tensor(memory.state), run["h"], run["start"])
     batch = {k: torch.stack(v) for k, v in roll.items()}          # (time, env, ...)
     batch["adv"], batch["ret"] = gae(batch["reward"], batch["value"], batch["done"], last_value,
                                      p.gamma, p.gae_lambda)
@@ -225,7 +253,7 @@ def ppo_update(model, optimizer, batch, p, rng) -> None:
     n_envs = batch["act"].shape[1]
     for _ in range(p.ppo_epochs):
         for cols in np.array_split(rng.permutation(n_envs), p.minibatches):
-            idx = torch.as_tensor(cols)
+            idx = torch.as_tensor(cols, device=batch["act"].device)
             logits, value = model.sequence(batch["x"][:, idx], batch["h0"][idx], batch["start"][:, idx])
             logp_all = torch.log_softmax(logits, dim=-1)
             act = batch["act"][:, idx]
@@ -233,7 +261,7 @@ def ppo_update(model, optimizer, batch, p, rng) -> None:
             entropy = -(logp_all.exp() * logp_all).sum(-1)
             loss = ppo_loss(logp.flatten(), batch["logp"][:, idx].flatten(), batch["adv"][:, idx].flatten(),
                             value.flatten(), batch["ret"][:, idx].flatten(), entropy.flatten(),
-                            p.clip, entropy_coef=p.entropy_coef)
+                            p.clip, value_coef=p.value_coef, entropy_coef=p.entropy_coef)
             optimizer.zero_grad()
             loss.backward()
             nn.utils.clip_grad_norm_(model.parameters(), 0.5)

@@ -18,6 +18,8 @@ import itertools
 
 import numpy as np
 
+from components.linrnn.config import FILTER_VARIANTS
+
 MOVES = np.array([1, 2, -1, -2])
 
 
@@ -141,9 +143,6 @@ class RingWorld:
 
 
 # --- Fixed filter features -----------------------------------------------------------------
-
-FILTER_VARIANTS = ("memoryless", "lof_direct", "lof_softmax", "alf_direct", "alf_softmax")
-
 
 def softmax_rows(x: np.ndarray) -> np.ndarray:
     z = np.exp(x - x.max(axis=1, keepdims=True))

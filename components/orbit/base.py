@@ -1,5 +1,7 @@
-"""Stage train_base: the "base model" — the small decoder trained from scratch on mediocre,
-case-independent replies (see components.orbit.policy)."""
+"""Stage train_base: the "base model" — a tiny Qwen3-architecture causal LM (built from
+``Qwen3Config`` by ``components.common.tiny_models``) with a word-level tokenizer over the
+synthetic world, pre-trained here on mediocre, case-independent replies (mostly filler, some
+generic advice, a sprinkle of every other statement), so it scores low and RL has room."""
 from __future__ import annotations
 
 import json
@@ -7,57 +9,89 @@ import json
 import numpy as np
 import torch
 
-from components.common.io import read_table, save_torch
+from components.common.io import read_table
 from components.common.seeds import seed_everything
+from components.common.tiny_models import build_tiny
 from components.common.train import fit
-from components.orbit.policy import (EOS, Vocab, build_policy, mediocre_reply, policy_state,
-                                     response_mask, vocab_words)
+from components.orbit.lm_policy import LMPolicy, build_tokenizer
+from components.orbit.ontology import FILLERS, PHRASE_IDS
+
+GENERIC_DECENT = ("empathy", "self_care", "see_clinician", "safety_net")
+SFT_GROUP = 8   # replies per prompt in a batch
 
 
-def require_tiny(p) -> None:
-    if p.kind != "tiny":
-        raise NotImplementedError(
-            "orbit: policy.kind = 'lm' is not wired into the pipeline stages yet; the embedded "
-            "profiles use the tiny decoder (see CLAIMS.md, 'Differs')")
+def mediocre_reply(rng: np.random.Generator, min_len: int, max_len: int, p_filler: float,
+                   p_generic: float) -> list[str]:
+    """A case-independent reply: mostly filler, some generic advice, occasionally anything."""
+    n = int(rng.integers(min_len, max_len + 1))
+    out: list[str] = []
+    while len(out) < n:
+        u = rng.random()
+        if u < p_filler:
+            pid = FILLERS[rng.integers(len(FILLERS))]
+        elif u < p_filler + p_generic:
+            pid = GENERIC_DECENT[rng.integers(len(GENERIC_DECENT))]
+        else:
+            pid = PHRASE_IDS[rng.integers(len(PHRASE_IDS))]
+        if pid not in out:
+            out.append(pid)
+    return out
 
 
-SFT_GROUP = 8   # replies per prompt in a batch: the prompt is encoded once for all of them
+def sft_batch(policy: LMPolicy, prompt_ids: list[list[int]], replies: list[list[int]]):
+    """Right-padded prompt + reply sequences; the loss sees reply tokens (and EOS) only."""
+    pad = policy.tokenizer.pad_token_id
+    seqs = [p + r for p, r in zip(prompt_ids, replies)]
+    width = max(map(len, seqs))
+    x = torch.full((len(seqs), width), pad)
+    labels = torch.full((len(seqs), width), -100)
+    for b, (p, s) in enumerate(zip(prompt_ids, seqs)):
+        x[b, :len(s)] = torch.tensor(s)
+        labels[b, len(p):len(s)] = torch.tensor(s[len(p):])
+    attn = torch.arange(width)[None, :] < torch.tensor([len(s) for s in seqs])[:, None]
+    return x, attn, labels
 
 
-def sft_loss(policy, batch) -> torch.Tensor:
-    x, y = batch
-    logp = policy.group_logprobs(x, y, SFT_GROUP)
-    mask = response_mask(y)
-    return -(logp * mask).sum() / mask.sum()
+def sft_loss(model, batch) -> torch.Tensor:
+    x, attn, labels = batch
+    return model(input_ids=x, attention_mask=attn.long(), labels=labels).loss
+
+
+def base_policy(p, train_prompts: list[list[dict]], vocab_prompts: list[list[dict]]) -> LMPolicy:
+    tok = build_tokenizer(vocab_prompts)
+    model = build_tiny("qwen3", seed=p.seed, vocab_size=len(tok), hidden_size=p.d_model,
+                       intermediate_size=4 * p.d_model, num_hidden_layers=p.n_layers,
+                       num_attention_heads=p.n_heads, num_key_value_heads=max(1, p.n_heads // 2),
+                       head_dim=p.d_model // p.n_heads, max_position_embeddings=128)
+    return LMPolicy(model, tok, p.max_response)
 
 
 def train_base_stage(cfg, ctx) -> None:
     p = cfg.policy
-    require_tiny(p)
+    if cfg.paper.enabled:
+        raise NotImplementedError("orbit: the paper profile's policy (paper.policy_path) is not wired "
+                                  "into train_base yet; only the small / smoke profiles run")
     torch.set_num_threads(1)
     seed_everything(p.seed)
     cases = read_table(ctx.inputs["build_cases"] / "cases.parquet").to_pylist()
     prompts = [json.loads(c["prompt"]) for c in cases if c["split"] == "train"]
-    words = vocab_words([json.loads(c["prompt"]) for c in cases if c["split"] in ("train", "seed_pool")])
-    hp = {"d_model": p.d_model, "n_layers": p.n_layers, "n_heads": p.n_heads, "prompt_len": p.prompt_len,
-          "max_response": p.max_response}
-    policy = build_policy(Vocab(words), hp)
-    x_all = policy.encode(prompts)
+    vocab_prompts = [json.loads(c["prompt"]) for c in cases if c["split"] in ("train", "seed_pool")]
+    policy = base_policy(p, prompts, vocab_prompts)
+    prompt_ids = [policy.prompt_ids(q) for q in prompts]
     rng = np.random.default_rng(p.seed)
 
     def batches():
         while True:
-            idx = rng.integers(len(prompts), size=max(1, p.sft_batch // SFT_GROUP))
-            y = torch.full((len(idx) * SFT_GROUP, p.max_response), EOS)
-            for b in range(len(y)):
-                reply = mediocre_reply(rng, p.reply_min, min(p.reply_max, p.max_response - 1), p.p_filler,
-                                       p.p_generic)
-                y[b, :len(reply)] = torch.tensor([policy.vocab.phrase_token(r) for r in reply])
-            yield x_all[torch.from_numpy(idx)], y
+            idx = np.repeat(rng.integers(len(prompts), size=max(1, p.sft_batch // SFT_GROUP)), SFT_GROUP)
+            replies = [policy.reply_ids(mediocre_reply(rng, p.reply_min, min(p.reply_max, p.max_response - 1),
+                                                       p.p_filler, p.p_generic)) for _ in idx]
+            yield sft_batch(policy, [prompt_ids[i] for i in idx], replies)
 
-    records = fit(policy, batches(), sft_loss, steps=p.sft_steps, lr=p.sft_lr, warmup=p.sft_steps // 10,
+    policy.model.train()
+    records = fit(policy.model, batches(), sft_loss, steps=p.sft_steps, lr=p.sft_lr, warmup=p.sft_steps // 10,
                   ctx=ctx, prefix="sft", log_every=20)
-    save_torch(ctx.out_dir / "policy.pt", policy_state(policy))
-    n_params = sum(t.numel() for t in {id(t): t for t in policy.parameters()}.values())
-    ctx.write_metrics({"final_loss": records[-1]["sft/loss"], "n_params": int(n_params),
-                       "vocab_size": len(policy.vocab)})
+    policy.model.eval()
+    policy.save(ctx.out_dir / "policy")
+    ctx.write_metrics({"final_loss": records[-1]["sft/loss"],
+                       "n_params": int(sum(t.numel() for t in policy.model.parameters())),
+                       "vocab_size": len(policy.tokenizer), "architecture": type(policy.model).__name__})

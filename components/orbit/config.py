@@ -3,8 +3,9 @@
 Hyper-parameters the official repo fixes (configs/training.json, curriculum_admission) are
 kept where they transfer to a tiny policy: group size 8, clip 0.2 / 0.28, token-mean loss,
 dynamic sampling, temperature 1.0, EMA alpha 0.1, mastery 0.9, window 6, admission gate 0.75.
-Scaled down: lr (1e-6 is for a 4B model; a from-scratch 2-layer decoder needs ~1e-3), response
-length (statements, not tokens) and the overlong buffer. Our own choices (not in the paper):
+Scaled down: lr (1e-6 is for a 4B model; a tiny from-scratch Qwen3 needs ~1e-3), response
+length (10 statement tokens) and the overlong buffer. stochastic_review keeps the repo defaults
+(window 5, review ratio 0.5, min weight 0.2, power 1). Our own choices (not in the paper):
 the difficulty-filter thresholds, the synthetic world, the template generator.
 """
 from __future__ import annotations
@@ -20,6 +21,7 @@ class Cases(Section):
     n_train: int = 400
     n_test: int = 200
     n_seed_pool: int = 300          # the retrieval pool (HealthBench non-Hard analogue), disjoint
+    n_val: int = 100                # validation cases (reference rubrics): premise checks only
     seed: int = 20260301
     p_red_flag: float = 0.35
     p_missing_duration: float = 0.5
@@ -46,12 +48,11 @@ class Rubrics(Section):
 
 
 class PolicySection(Section):
-    kind: Literal["tiny", "lm"] = "tiny"
+    """A tiny Qwen3ForCausalLM (d_model = hidden size) with a word-level tokenizer."""
     d_model: int = 64
     n_layers: int = 2
     n_heads: int = 4
-    prompt_len: int = 48
-    max_response: int = 10          # statements per reply
+    max_response: int = 10          # new tokens per reply (one statement each)
     sft_steps: int = 300
     sft_batch: int = 64
     sft_lr: float = 3e-3
@@ -60,7 +61,6 @@ class PolicySection(Section):
     p_filler: float = 0.35          # mediocre replies: filler / generic advice / anything
     p_generic: float = 0.45
     seed: int = 0
-    lm_path: str = ""               # kind "lm": a local HF model folder (SmolLM2 / Qwen3)
 
 
 class Filter(Section):
@@ -71,16 +71,15 @@ class Filter(Section):
 
 
 class GRPO(Section):
-    variants: list[str] = ["orbit_curriculum", "orbit_all", "generic"]
+    variants: list[str] = ["orbit_review", "orbit_admission", "orbit_all", "generic"]
     steps: int = 250
     prompts_per_step: int = 8
     group_size: int = 8
     lr: float = 1e-3
     clip_low: float = 0.2
     clip_high: float = 0.28
-    minibatches: int = 2
     temperature: float = 1.0
-    max_gen_batches: int = 3
+    top_p: float = 0.95             # repo rollout setting
     overlong_buffer: int = 3
     overlong_factor: float = 1.0
     # signed_fallback: a curriculum window holding only negative items still gives a signal
@@ -89,6 +88,10 @@ class GRPO(Section):
     alpha: float = 0.1
     mastery: float = 0.9
     gate: float = 0.75
+    review_window: int = 5          # stochastic_review (repo defaults)
+    review_ratio: float = 0.5
+    min_weight: float = 0.2
+    weight_power: float = 1.0
 
 
 class Evaluate(Section):
@@ -106,7 +109,8 @@ class Agreement(Section):
 
 
 class Report(Section):
-    orbit_variant: str = "orbit_curriculum"   # the paper's method ("incremental" training)
+    orbit_variant: str = "orbit_review"       # the pre-registered "ORBIT" (incremental training)
+    max_base_val_score: float = 0.5          # premise P2: the base leaves headroom
     min_gain_vs_base: float = 0.15
     min_gain_vs_generic: float = 0.05
 
@@ -121,7 +125,7 @@ class Paper(Section):
 
 
 class OrbitConfig(MethodConfig):
-    seeds: list[int] = [0, 1, 2]
+    seeds: list[int] = [3, 4, 5]         # pre-registered v2 seeds (v1 used 0-2)
     cases: Cases = Cases()
     rubrics: Rubrics = Rubrics()
     policy: PolicySection = PolicySection()
@@ -134,28 +138,25 @@ class OrbitConfig(MethodConfig):
 
     SMOKE: ClassVar[dict] = {
         "seeds": [0],
-        "cases": {"n_train": 60, "n_test": 30, "n_seed_pool": 48},
+        "cases": {"n_train": 60, "n_test": 30, "n_seed_pool": 48, "n_val": 20},
         "policy": {"sft_steps": 60, "d_model": 32},
         "filter": {"rollouts": 4},
-        "grpo": {"steps": 30, "prompts_per_step": 4, "group_size": 4, "max_gen_batches": 2},
+        "grpo": {"steps": 30, "prompts_per_step": 4, "group_size": 4},
         "evaluate": {"repeats": 1, "n_bootstrap": 200},
         "agreement": {"max_train_examples": 40},
     }
     PAPER: ClassVar[dict] = {
         "cases": {"source": "healthbench_jsonl"},
         "rubrics": {"generator": "openai"},
-        "policy": {"kind": "lm", "max_response": 8192},
-        "grpo": {"steps": 500, "prompts_per_step": 64, "group_size": 8, "lr": 1e-6, "minibatches": 1,
-                 "max_gen_batches": 10, "overlong_buffer": 4096},
+        "policy": {"max_response": 8192},
+        "grpo": {"steps": 500, "prompts_per_step": 64, "group_size": 8, "lr": 1e-6, "overlong_buffer": 4096},
         "evaluate": {"judge": "openai", "repeats": 1},
         "paper": {"enabled": True},
     }
 
     def preflight(self) -> None:
-        if self.policy.kind == "lm" or self.paper.enabled:
-            self._need_path("policy.lm_path" if not self.paper.enabled else "paper.policy_path",
-                            self.policy.lm_path if not self.paper.enabled else self.paper.policy_path)
         if self.paper.enabled:
+            self._need_path("paper.policy_path", self.paper.policy_path)
             for key in ("train_jsonl", "seed_jsonl", "eval_jsonl"):
                 self._need_path(f"paper.{key}", getattr(self.paper, key))
         for key, ep in (("rubrics.endpoint", self.rubrics.endpoint), ("evaluate.endpoint", self.evaluate.endpoint)):

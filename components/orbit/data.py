@@ -1,7 +1,8 @@
 """Stage build_cases: HealthBench-format rows (prompt, example_tags, rubrics) in parquet.
 
 Synthetic (embedded): three disjoint splits from the ontology — ``train`` (RL prompts, no
-rubric: rubrics are generated later), ``test`` (held-out, physician-style reference rubrics) and
+rubric: rubrics are generated later), ``val`` (validation cases with reference rubrics, used
+only for the premise checks), ``test`` (held-out, physician-style reference rubrics) and
 ``seed_pool`` (the retrieval pool with reference rubrics, the analogue of HealthBench without
 its Hard subset). Paper: the same columns read from user-supplied HealthBench JSONL files.
 """
@@ -21,7 +22,8 @@ def synthetic_rows(c) -> list[dict]:
                                         "p_low_resource", "p_truncate_first")}
     rows = (build_case_rows(c.n_train, c.seed, "train", probs)
             + build_case_rows(c.n_test, c.seed + 1, "test", probs)
-            + build_case_rows(c.n_seed_pool, c.seed + 2, "seed_pool", probs))
+            + build_case_rows(c.n_seed_pool, c.seed + 2, "seed_pool", probs)
+            + build_case_rows(c.n_val, c.seed + 3, "val", probs))
     for r in rows:
         r["rubrics"] = "[]" if r["split"] == "train" else json.dumps(reference_rubric(json.loads(r["visible_facts"])))
     # held-out and training prompts must not be in the retrieval pool (paper: Hard excluded)
@@ -65,5 +67,5 @@ def build_cases_stage(cfg, ctx) -> None:
     n = Counter(r["split"] for r in rows)
     themes = Counter(t for r in rows if r["split"] == "test" for t in json.loads(r["example_tags"])
                      if t.startswith("theme:"))
-    ctx.write_metrics({"n_train": n["train"], "n_test": n["test"], "n_seed_pool": n["seed_pool"],
+    ctx.write_metrics({"n_train": n["train"], "n_val": n["val"], "n_test": n["test"], "n_seed_pool": n["seed_pool"],
                        **{f"test_{k.replace(':', '_')}": v for k, v in sorted(themes.items())}})

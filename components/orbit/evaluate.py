@@ -13,12 +13,11 @@ import json
 import numpy as np
 import torch
 
-from components.common.io import load_torch, read_table, write_json_atomic, write_table
+from components.common.io import read_table, write_json_atomic, write_table
 from components.orbit.healthbench import (OpenAIJudge, RuleJudge, aggregate, cohen_kappa, example_score,
                                           grade_example)
-from components.orbit.filter import rollouts
 from components.orbit.ontology import PHRASES, split_statements
-from components.orbit.policy import load_policy
+from components.orbit.lm_policy import load_lm_policy, rollouts
 
 
 def make_judge(e):
@@ -28,9 +27,9 @@ def make_judge(e):
 
 
 def policies(ctx) -> dict[str, object]:
-    out = {"base": ctx.inputs["train_base"] / "policy.pt"}
+    out = {"base": ctx.inputs["train_base"] / "policy"}
     for key, path in sorted(ctx.inputs["grpo_train"].items()):
-        out[key] = path / "policy.pt"
+        out[key] = path / "policy"
     return out
 
 
@@ -38,17 +37,12 @@ def variant_of(name: str) -> str:
     return name if name == "base" else name.rsplit("-", 1)[0]
 
 
-def evaluate_stage(cfg, ctx) -> None:
-    e = cfg.evaluate
-    torch.set_num_threads(1)
-    cases = [c for c in read_table(ctx.inputs["build_cases"] / "cases.parquet").to_pylist() if c["split"] == "test"]
+def score_policies(pols: dict, cases: list[dict], e, judge, progress=None) -> tuple[list[dict], dict]:
+    """Every policy answers every case ``e.repeats`` times; HealthBench aggregate per policy."""
     prompts = [json.loads(c["prompt"]) for c in cases]
-    judge = make_judge(e)
     rows, results = [], {}
-    pols = policies(ctx)
     for n, (name, path) in enumerate(pols.items()):
-        policy = load_policy(load_torch(path))
-        replies = rollouts(policy, prompts, e.repeats, e.temperature, e.seed)
+        replies = rollouts(load_lm_policy(path), prompts, e.repeats, e.temperature, e.seed)
         examples = []
         for case, prompt, reps in zip(cases, prompts, replies):
             items = json.loads(case["rubrics"])
@@ -59,10 +53,28 @@ def evaluate_stage(cfg, ctx) -> None:
                              "repeat": rep, "response": text, "met": json.dumps(ex["met"]),
                              "score": ex["score"] if ex["score"] is not None else float("nan")})
         results[name] = aggregate(examples, e.n_bootstrap, e.seed)
-        ctx.progress(n + 1, len(pols), f"evaluated {name}")
+        if progress is not None:
+            progress(n + 1, len(pols), f"evaluated {name}")
+    return rows, results
+
+
+def evaluate_stage(cfg, ctx) -> None:
+    """Held-out test scores, and validation scores (premise checks only: P1, P2)."""
+    e = cfg.evaluate
+    torch.set_num_threads(1)
+    cases = read_table(ctx.inputs["build_cases"] / "cases.parquet").to_pylist()
+    judge = make_judge(e)
+    pols = policies(ctx)
+    metrics = {}
+    val = [c for c in cases if c["split"] == "val"]
+    if val:
+        _, val_results = score_policies(pols, val, e, judge)
+        write_json_atomic(ctx.out_dir / "val_results.json", val_results)
+        metrics.update({f"val_{k}": v for k, v in summary_metrics(val_results).items() if k.startswith("score_")})
+    rows, results = score_policies(pols, [c for c in cases if c["split"] == "test"], e, judge, ctx.progress)
     write_table(ctx.out_dir / "responses.parquet", {k: [r[k] for r in rows] for k in rows[0]})
     write_json_atomic(ctx.out_dir / "results.json", results)
-    ctx.write_metrics(summary_metrics(results))
+    ctx.write_metrics({**summary_metrics(results), **metrics})
 
 
 def summary_metrics(results: dict[str, dict]) -> dict[str, float]:

@@ -10,28 +10,16 @@ import json
 import numpy as np
 import torch
 
-from components.common.io import load_torch, read_table, write_table
+from components.common.io import read_table, write_table
 from components.orbit.grpo import Case, success_matrix
 from components.orbit.healthbench import reward_score
-from components.orbit.policy import load_policy, response_texts
-
-
-def rollouts(policy, prompts: list[list[dict]], k: int, temperature: float, seed: int,
-             chunk: int = 32) -> list[list[tuple[list[str], str]]]:
-    """k sampled replies per prompt: [[(statement ids, text) x k] per prompt]."""
-    gen = torch.Generator().manual_seed(seed)
-    out = []
-    for i in range(0, len(prompts), chunk):
-        part = prompts[i:i + chunk]
-        texts = response_texts(policy, policy.sample(policy.encode(part), temperature, gen, n=k))
-        out += [texts[j * k:(j + 1) * k] for j in range(len(part))]
-    return out
+from components.orbit.lm_policy import load_lm_policy, rollouts
 
 
 def difficulty_filter_stage(cfg, ctx) -> None:
     f = cfg.filter
     torch.set_num_threads(1)
-    policy = load_policy(load_torch(ctx.inputs["train_base"] / "policy.pt"))
+    policy = load_lm_policy(ctx.inputs["train_base"] / "policy")
     cases = {c["prompt_id"]: c for c in read_table(ctx.inputs["build_cases"] / "cases.parquet").to_pylist()}
     rubrics = read_table(ctx.inputs["generate_rubrics"] / "rubrics.parquet").to_pylist()
     rubrics = [r for r in rubrics if json.loads(r["rubrics"])]

@@ -1,18 +1,22 @@
-"""GRPO with DAPO's choices, the rubric reward, and the incremental rubric curriculum.
+"""The rubric reward and the incremental rubric curricula, as a reward function for TRL's
+``GRPOTrainer`` (``components.common.lm_rl.grpo_train``: group-normalised advantages, the
+clip-higher objective 0.2 / 0.28, DAPO's token-mean loss, no KL).
 
-- Advantage: rewards normalised within each group of ``n`` rollouts of one prompt,
-  (r - mean) / (std + eps) with the unbiased std (as verl's GRPO); groups whose rewards are all
-  equal carry no signal and are dropped (DAPO dynamic sampling, which then draws more prompts,
-  up to ``max_gen_batches`` generation rounds per step).
-- Loss: clipped ratio with clip-higher (1 - 0.2, 1 + 0.28), token-mean over all response
-  tokens of the batch, no KL term (DAPO).
-- Reward: the HealthBench per-example formula over the rubric items in use (all of them, or the
-  curriculum's active window), plus DAPO's overlong penalty.
-- Curriculum (``CurriculumState``, the official repo's curriculum_admission variant): per query,
+- Reward: the HealthBench per-example formula over the rubric items in use (all of them, or a
+  curriculum's window), plus DAPO's overlong penalty on the completion's token count.
+- ``CurriculumState`` (the official repo's curriculum_admission variant): per query,
   items in difficulty order; states candidate -> active -> mastered; per-item EMA of success
   (met for p > 0, not met for p < 0); mastered when EMA > threshold (strict), leaving the reward;
   cold start admits a full window; afterwards at most one admission per update and only when
   the mean active EMA exceeds the gate.
+- ``StochasticReviewState`` (the repo's stochastic_review variant): the window holds the
+  unmastered active items, then a random sample of mastered items (at most ``review_ratio`` of
+  the window), then new candidates in order, with no gate. Each rollout's reward is the mean
+  success over the window weighted by ``min_w + (1 - min_w) (1 - ema)^power`` with the EMA
+  updated first, so mastered items stay in the reward with a small weight. Our choice (as the
+  issue asks): every item's EMA starts at its base success rate from the difficulty filter.
+- The reward function keeps the per-query state across steps, which is how TRL expresses the
+  curriculum: the trainer calls it once per generation batch with whole groups.
 """
 from __future__ import annotations
 
@@ -22,33 +26,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from components.common import rl
 from components.orbit.healthbench import eval_predicate, reward_score
 
 
 # ---------------------------------------------------------------- advantages and loss
 def group_advantages(rewards: torch.Tensor, eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
     """rewards (G, n) -> (advantages (G, n), keep (G,) bool: groups whose rewards differ)."""
-    mean = rewards.mean(1, keepdim=True)
-    std = rewards.std(1, keepdim=True)   # unbiased, as torch.std in verl
-    keep = (rewards.max(1).values - rewards.min(1).values) > 1e-12
-    return (rewards - mean) / (std + eps), keep
-
-
-def clipped_token_mean_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
-                            mask: torch.Tensor, clip_low: float = 0.2, clip_high: float = 0.28
-                            ) -> tuple[torch.Tensor, dict[str, float]]:
-    """PPO clipped surrogate with asymmetric clipping; ``advantages`` (B,) per sequence,
-    log-probs and mask (B, T); mean over all unmasked tokens of the batch (token-mean)."""
-    adv = advantages[:, None].expand_as(new_logp)
-    ratio = torch.exp(new_logp - old_logp)
-    unclipped = -adv * ratio
-    clipped = -adv * torch.clamp(ratio, 1 - clip_low, 1 + clip_high)
-    per_token = torch.maximum(unclipped, clipped)
-    n = mask.sum().clamp_min(1.0)
-    loss = (per_token * mask).sum() / n
-    with torch.no_grad():
-        frac = ((clipped > unclipped).float() * mask).sum() / n
-    return loss, {"clip_frac": float(frac)}
+    return rl.group_advantages(rewards, "grpo", eps), rl.informative_groups(rewards)
 
 
 def overlong_penalty(length: int, max_len: int, buffer: int, factor: float = 1.0) -> float:
@@ -59,8 +44,28 @@ def overlong_penalty(length: int, max_len: int, buffer: int, factor: float = 1.0
 
 
 # ---------------------------------------------------------------- curriculum
+class _ItemStates:
+    """Per-item status (candidate / active / mastered) and EMA, in the query's difficulty order."""
+
+    order: list[int]
+    state: dict[int, str]
+    ema: dict[int, float]
+
+    def _init_items(self, init_ema: dict[int, float]) -> None:
+        for i in self.order:
+            self.state.setdefault(i, "candidate")
+            self.ema.setdefault(i, float(init_ema.get(i, 0.0)))
+
+    def _in(self, s: str) -> list[int]:
+        return [i for i in self.order if self.state[i] == s]
+
+    @property
+    def mastered(self) -> list[int]:
+        return self._in("mastered")
+
+
 @dataclass
-class CurriculumState:
+class CurriculumState(_ItemStates):
     """Rubric curriculum of one query (indices refer to the query's rubric items)."""
 
     order: list[int]
@@ -74,12 +79,14 @@ class CurriculumState:
     started: bool = False
 
     def __post_init__(self) -> None:
-        for i in self.order:
-            self.state.setdefault(i, "candidate")
-            self.ema.setdefault(i, 0.0)
+        self._init_items({})
 
-    def _in(self, s: str) -> list[int]:
-        return [i for i in self.order if self.state[i] == s]
+    def score_group(self, met: np.ndarray, points: np.ndarray, reward_policy: str) -> np.ndarray:
+        """Rewards of one group (met (n, items)) on the active window, then one EMA update."""
+        use = self.reward_items()
+        r = np.asarray([reward_score(points[use], m[use], reward_policy) for m in met])
+        self.update(success_matrix(met[:, use], points[use]), use)
+        return r
 
     @property
     def active(self) -> list[int]:
@@ -88,10 +95,6 @@ class CurriculumState:
                 self.state[i] = "active"
             self.started = True
         return self._in("active")
-
-    @property
-    def mastered(self) -> list[int]:
-        return self._in("mastered")
 
     def reward_items(self) -> list[int]:
         """Items in the reward: the active window; once every item is mastered, all items
@@ -122,12 +125,72 @@ def success_matrix(met: np.ndarray, points: np.ndarray) -> np.ndarray:
     return np.where(points[None, :] > 0, met, ~met).astype(float)
 
 
-# ---------------------------------------------------------------- the training loop
+
+
+@dataclass
+class StochasticReviewState(_ItemStates):
+    """The stochastic_review curriculum of one query (see the module docstring)."""
+
+    order: list[int]
+    init_ema: dict[int, float]
+    window: int = 5
+    alpha: float = 0.1
+    mastery: float = 0.9
+    review_ratio: float = 0.5
+    min_weight: float = 0.2
+    power: float = 1.0
+    state: dict[int, str] = field(default_factory=dict)
+    ema: dict[int, float] = field(default_factory=dict)
+    started: bool = True
+
+    def __post_init__(self) -> None:
+        self._init_items(self.init_ema)
+
+    def window_items(self, rng) -> list[int]:
+        """Graduate active items over the mastery threshold, then assemble the window."""
+        for i in self._in("active"):
+            if self.ema[i] > self.mastery:
+                self.state[i] = "mastered"
+        items = self._in("active")
+        slots = self.window - len(items)
+        mastered = self.mastered
+        n_review = min(max(slots, 0), int(self.window * self.review_ratio), len(mastered))
+        if n_review:
+            items += rng.sample(mastered, n_review)
+            slots -= n_review
+        for i in self._in("candidate")[:max(slots, 0)]:
+            self.state[i] = "active"
+            items.append(i)
+        return items
+
+    def weight(self, i: int) -> float:
+        return self.min_weight + (1 - self.min_weight) * (1 - self.ema[i]) ** self.power
+
+    def score_rollout(self, success: np.ndarray, items: list[int]) -> float:
+        """EMA step for every window item, then the EMA-weighted mean success."""
+        total = weights = 0.0
+        for s, i in zip(np.asarray(success, float), items):
+            self.ema[i] = (1 - self.alpha) * self.ema[i] + self.alpha * s
+            w = self.weight(i)
+            total, weights = total + w * s, weights + w
+        return total / weights if weights > 0 else 0.0
+
+    def score_group(self, met: np.ndarray, points: np.ndarray, rng) -> np.ndarray:
+        """Rewards of one group: one window for the group, rollouts scored in order."""
+        use = self.window_items(rng)
+        if not use:
+            return np.asarray([reward_score(points, m) for m in met])
+        succ = success_matrix(met[:, use], points[use])
+        return np.asarray([self.score_rollout(row, use) for row in succ])
+
+
+# ---------------------------------------------------------------- the reward function
 @dataclass
 class Case:
     prompt: list[dict]
     items: list[dict]
     order: list[int]
+    item_success: list[float] = field(default_factory=list)
     preds: list[dict] = field(default_factory=list)
     points: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
@@ -141,119 +204,101 @@ class Case:
         return np.asarray([eval_predicate(p, statements) for p in self.preds], bool)
 
 
+CURRICULA = ("none", "curriculum_admission", "stochastic_review")
+
+
 @dataclass
-class GRPOSettings:
-    steps: int
-    prompts_per_step: int
-    group_size: int
-    lr: float
-    clip_low: float = 0.2
-    clip_high: float = 0.28
-    minibatches: int = 2
-    temperature: float = 1.0
-    max_gen_batches: int = 3
+class RewardSettings:
+    curriculum: str = "none"
+    max_response: int = 10
     overlong_buffer: int = 3
     overlong_factor: float = 1.0
-    grad_clip: float = 1.0
     reward_policy: str = "positive"
-    curriculum: bool = False
     window: int = 6
     alpha: float = 0.1
     mastery: float = 0.9
     gate: float = 0.75
+    review_window: int = 5
+    review_ratio: float = 0.5
+    min_weight: float = 0.2
+    weight_power: float = 1.0
 
 
-def train_grpo(policy, cases: list[Case], s: GRPOSettings, seed: int, log=None, progress=None) -> dict:
-    """Run GRPO on ``policy`` (components.orbit.policy.Policy) in place; returns a summary."""
-    from components.orbit.policy import response_mask
+def new_curriculum(case: Case, s: RewardSettings):
+    if s.curriculum == "curriculum_admission":
+        return CurriculumState(list(case.order), s.window, s.alpha, s.mastery, s.gate)
+    if s.curriculum == "stochastic_review":
+        return StochasticReviewState(list(case.order), dict(enumerate(case.item_success)), s.review_window,
+                                     s.alpha, s.mastery, s.review_ratio, s.min_weight, s.weight_power)
+    if s.curriculum != "none":
+        raise ValueError(f"unknown curriculum {s.curriculum!r}; choose from {CURRICULA}")
+    return None
 
-    rng = np.random.default_rng(seed)
-    gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW(policy.parameters(), lr=s.lr, weight_decay=0.0)
-    curricula = [CurriculumState(list(c.order), s.window, s.alpha, s.mastery, s.gate) for c in cases]
-    prompt_ids_all = policy.encode([c.prompt for c in cases])
-    queue: list[int] = []
-    history = []
 
-    def next_prompts(k: int) -> list[int]:
-        nonlocal queue
-        out = []
-        while len(out) < k:
-            if not queue:
-                queue = list(rng.permutation(len(cases)))
-            out.append(int(queue.pop()))
+def completion_text(completion) -> str:
+    return completion if isinstance(completion, str) else completion[-1]["content"]
+
+
+class RubricReward:
+    """TRL reward function: ``case_index`` (a dataset column) names each completion's case; the
+    completions of one case in a call form its GRPO group. Keeps one curriculum per case and a
+    record per call (the training curve)."""
+
+    __name__ = "rubric"
+
+    def __init__(self, cases: list[Case], s: RewardSettings, seed: int, parse):
+        import random
+
+        self.cases, self.s, self.parse = cases, s, parse
+        self.rng = random.Random(seed)
+        self.curricula = [new_curriculum(c, s) for c in cases]
+        self.records: list[dict] = []
+
+    def _group(self, ci: int, met: np.ndarray) -> np.ndarray:
+        case, cur = self.cases[ci], self.curricula[ci]
+        if cur is None:
+            return np.asarray([reward_score(case.points, m, self.s.reward_policy) for m in met])
+        if isinstance(cur, StochasticReviewState):
+            return cur.score_group(met, case.points, self.rng)
+        return cur.score_group(met, case.points, self.s.reward_policy)
+
+    def __call__(self, prompts, completions, case_index, completion_ids=None, **_) -> list[float]:
+        groups: dict[int, list[int]] = {}
+        for j, ci in enumerate(case_index):
+            groups.setdefault(int(ci), []).append(j)
+        rewards = np.zeros(len(completions))
+        full, kept = [], []
+        for ci, rows in groups.items():
+            case = self.cases[ci]
+            met = np.stack([case.judge(self.parse(completion_text(completions[j]))) for j in rows])
+            r = self._group(ci, met)
+            lengths = [len(completion_ids[j]) if completion_ids is not None else 0 for j in rows]
+            r = r + np.asarray([overlong_penalty(n, self.s.max_response, self.s.overlong_buffer,
+                                                 self.s.overlong_factor) for n in lengths])
+            rewards[rows] = r
+            full += [reward_score(case.points, m) for m in met]
+            kept.append(bool(rl.informative_groups(torch.tensor(r)[None])[0]))
+        self.records.append(self._record(rewards, full, kept))
+        return rewards.tolist()
+
+    def _record(self, rewards, full, kept) -> dict:
+        rec = {"reward": float(np.mean(rewards)), "full_rubric_score": float(np.mean(full)),
+               "kept_frac": float(np.mean(kept))}
+        seen = [c for c in self.curricula if c is not None and c.started]
+        if seen:
+            rec.update(avg_ema=float(np.mean([np.mean([c.ema[i] for i in c.order]) for c in seen])),
+                       active_items=float(np.mean([len(c._in("active")) for c in seen])),
+                       mastered_items=float(np.mean([len(c.mastered) for c in seen])))
+        return rec
+
+    def summary(self) -> dict:
+        h = self.records
+        k = max(1, len(h) // 10)
+        out = {"final_reward": float(np.mean([r["reward"] for r in h[-k:]])),
+               "final_full_rubric_score": float(np.mean([r["full_rubric_score"] for r in h[-k:]])),
+               "first_full_rubric_score": float(np.mean([r["full_rubric_score"] for r in h[:k]])),
+               "mean_kept_frac": float(np.mean([r["kept_frac"] for r in h]))}
+        cur = [c for c in self.curricula if c is not None]
+        out["mastered_share"] = (float(np.mean([len(c.mastered) / max(1, len(c.order)) for c in cur]))
+                                 if cur else math.nan)
         return out
-
-    for step in range(1, s.steps + 1):
-        kept_groups: list[tuple[int, torch.Tensor, torch.Tensor]] = []
-        rewards_seen, full_scores, n_groups, n_gen = [], [], 0, 0
-        policy.eval()
-        while len(kept_groups) < s.prompts_per_step and n_gen < s.max_gen_batches:
-            n_gen += 1
-            idx = next_prompts(s.prompts_per_step)
-            resp = policy.sample(prompt_ids_all[idx], s.temperature, gen, n=s.group_size)
-            statements = [policy.vocab.decode_response(r) for r in resp.tolist()]
-            for g, ci in enumerate(idx):
-                case, cur = cases[ci], curricula[ci]
-                rows = statements[g * s.group_size:(g + 1) * s.group_size]
-                met = np.stack([case.judge(st) for st in rows])
-                use = cur.reward_items() if s.curriculum else list(range(len(case.items)))
-                r = np.asarray([reward_score(case.points[use], m[use], s.reward_policy) for m in met])
-                r = r + np.asarray([overlong_penalty(len(st), policy.max_response, s.overlong_buffer,
-                                                     s.overlong_factor) for st in rows])
-                full_scores += [reward_score(case.points, m, s.reward_policy) for m in met]
-                if s.curriculum:
-                    cur.update(success_matrix(met[:, use], case.points[use]), use)
-                rewards_seen += r.tolist()
-                n_groups += 1
-                if r.max() - r.min() > 1e-12 and len(kept_groups) < s.prompts_per_step:
-                    sl = slice(g * s.group_size, (g + 1) * s.group_size)
-                    kept_groups.append((ci, resp[sl], torch.tensor(r, dtype=torch.float32)))
-        record = {"reward": float(np.mean(rewards_seen)), "full_rubric_score": float(np.mean(full_scores)),
-                  "kept_groups": len(kept_groups), "kept_frac": len(kept_groups) / max(n_groups, 1),
-                  "gen_batches": n_gen}
-        if kept_groups:
-            n = s.group_size
-            prompts = prompt_ids_all[[ci for ci, _, _ in kept_groups]]
-            resp = torch.cat([r for _, r, _ in kept_groups])
-            adv, _ = group_advantages(torch.stack([rw for _, _, rw in kept_groups]))
-            adv = adv.reshape(-1)
-            mask = response_mask(resp)
-            with torch.no_grad():
-                old = policy.group_logprobs(prompts, resp, n)
-            policy.train()
-            losses, clip = [], []
-            for groups in torch.from_numpy(rng.permutation(len(kept_groups))).chunk(s.minibatches):
-                rows = (groups[:, None] * n + torch.arange(n)[None, :]).reshape(-1)
-                new = policy.group_logprobs(prompts[groups], resp[rows], n)
-                loss, info = clipped_token_mean_loss(new, old[rows], adv[rows], mask[rows], s.clip_low,
-                                                     s.clip_high)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(policy.parameters(), s.grad_clip)
-                opt.step()
-                losses.append(float(loss.detach()))
-                clip.append(info["clip_frac"])
-            record.update(loss=float(np.mean(losses)), clip_frac=float(np.mean(clip)),
-                          response_len=float(mask.sum(1).mean()))
-        if s.curriculum:
-            seen = [c for c in curricula if c.started]
-            record.update(
-                avg_ema=float(np.mean([np.mean([c.ema[i] for i in c.order]) for c in seen])) if seen else 0.0,
-                active_items=float(np.mean([len(c._in("active")) for c in seen])) if seen else 0.0,
-                mastered_items=float(np.mean([len(c.mastered) for c in seen])) if seen else 0.0)
-        history.append({"step": step, **record})
-        if log is not None:
-            log(record, step)
-        if progress is not None and (step % 10 == 0 or step == s.steps):
-            progress(step, s.steps, f"reward {record['reward']:.3f}")
-    policy.eval()
-    last = history[-max(1, len(history) // 10):]
-    return {"final_reward": float(np.mean([h["reward"] for h in last])),
-            "final_full_rubric_score": float(np.mean([h["full_rubric_score"] for h in last])),
-            "first_full_rubric_score": float(np.mean([h["full_rubric_score"]
-                                                      for h in history[:max(1, len(history) // 10)]])),
-            "mean_kept_frac": float(np.mean([h["kept_frac"] for h in history])),
-            "mastered_share": float(np.mean([len(c.mastered) / max(1, len(c.order))
-                                             for c in curricula if c.started])) if s.curriculum else math.nan,
-            "history": history}

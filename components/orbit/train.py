@@ -1,32 +1,45 @@
-"""Stage grpo_train (fan-out variant x seed): GRPO from the base policy at one fixed budget.
+"""Stage grpo_train (fan-out variant x seed): GRPO from the base policy at one fixed budget,
+through the shared TRL path (``components.common.lm_rl.grpo_train``).
 
-Variants: ``orbit_curriculum`` (case rubrics, incremental curriculum: the paper's method),
-``orbit_all`` (case rubrics, every item in the reward), ``generic`` (one case-independent rubric
-for every prompt: the baseline). All share prompts, steps, group size, optimiser and seed.
+Variants: ``orbit_review`` (case rubrics, stochastic_review curriculum), ``orbit_admission``
+(case rubrics, curriculum_admission), ``orbit_all`` (case rubrics, every item in the reward),
+``generic`` (one case-independent rubric for every prompt: the baseline). All share prompts,
+steps, group size, optimiser and seed.
 """
 from __future__ import annotations
 
 import json
+import tempfile
 
 import numpy as np
 import torch
 
-from components.common.io import load_torch, read_json, read_table, save_torch, write_table
+from components.common.io import read_json, read_table, write_table
+from components.common.lm_rl import grpo_train
 from components.common.seeds import seed_everything
-from components.orbit.grpo import Case, GRPOSettings, train_grpo
-from components.orbit.policy import load_policy, policy_state
+from components.orbit.grpo import Case, RewardSettings, RubricReward
+from components.orbit.lm_policy import chat_prompt, load_lm_policy, statements_of
 
-VARIANTS = ("orbit_curriculum", "orbit_all", "generic")
+VARIANTS = {"orbit_review": "stochastic_review", "orbit_admission": "curriculum_admission",
+            "orbit_all": "none", "generic": "none"}
 
 
 def training_cases(variant: str, filtered: list[dict], prompts: dict[str, list[dict]],
                    generic: list[dict]) -> list[Case]:
     if variant not in VARIANTS:
-        raise ValueError(f"unknown grpo variant {variant!r}; choose from {VARIANTS}")
+        raise ValueError(f"unknown grpo variant {variant!r}; choose from {tuple(VARIANTS)}")
     if variant == "generic":
         return [Case(prompts[r["prompt_id"]], generic, list(range(len(generic)))) for r in filtered]
-    return [Case(prompts[r["prompt_id"]], json.loads(r["rubrics"]), json.loads(r["sorted_rubric_indices"]))
-            for r in filtered]
+    return [Case(prompts[r["prompt_id"]], json.loads(r["rubrics"]), json.loads(r["sorted_rubric_indices"]),
+                 json.loads(r["item_success"])) for r in filtered]
+
+
+def reward_settings(g, variant: str, max_response: int) -> RewardSettings:
+    return RewardSettings(
+        curriculum=VARIANTS[variant], max_response=max_response, overlong_buffer=g.overlong_buffer,
+        overlong_factor=g.overlong_factor, reward_policy=g.reward_policy, window=g.window, alpha=g.alpha,
+        mastery=g.mastery, gate=g.gate, review_window=g.review_window, review_ratio=g.review_ratio,
+        min_weight=g.min_weight, weight_power=g.weight_power)
 
 
 def grpo_train_stage(cfg, ctx) -> None:
@@ -34,24 +47,25 @@ def grpo_train_stage(cfg, ctx) -> None:
     variant, seed = ctx.item["variant"], int(ctx.item["seed"])
     torch.set_num_threads(1)
     seed_everything(seed)
-    policy = load_policy(load_torch(ctx.inputs["train_base"] / "policy.pt"))
+    policy = load_lm_policy(ctx.inputs["train_base"] / "policy")
     cases = read_table(ctx.inputs["build_cases"] / "cases.parquet").to_pylist()
     prompts = {c["prompt_id"]: json.loads(c["prompt"]) for c in cases if c["split"] == "train"}
     filtered = read_table(ctx.inputs["difficulty_filter"] / "filtered.parquet").to_pylist()
     generic = read_json(ctx.inputs["generate_rubrics"] / "generic_rubric.json")
     train_cases = training_cases(variant, filtered, prompts, generic)
-    settings = GRPOSettings(
-        steps=g.steps, prompts_per_step=g.prompts_per_step, group_size=g.group_size, lr=g.lr,
-        clip_low=g.clip_low, clip_high=g.clip_high, minibatches=g.minibatches, temperature=g.temperature,
-        max_gen_batches=g.max_gen_batches, overlong_buffer=g.overlong_buffer,
-        overlong_factor=g.overlong_factor, reward_policy=g.reward_policy,
-        curriculum=variant == "orbit_curriculum", window=g.window, alpha=g.alpha, mastery=g.mastery,
-        gate=g.gate)
-    summary = train_grpo(policy, train_cases, settings, seed,
-                         log=lambda rec, step: ctx.log_metrics({f"grpo/{k}": v for k, v in rec.items()}, step),
-                         progress=ctx.progress)
-    save_torch(ctx.out_dir / "policy.pt", policy_state(policy))
-    hist = summary.pop("history")
+    reward = RubricReward(train_cases, reward_settings(g, variant, policy.max_response), seed, statements_of)
+    rows = [{"prompt": chat_prompt(c.prompt), "case_index": i} for i, c in enumerate(train_cases)]
+    with tempfile.TemporaryDirectory() as tmp:
+        result = grpo_train(policy.model, policy.tokenizer, rows, reward, tmp, steps=g.steps,
+                            group_size=g.group_size, prompts_per_step=g.prompts_per_step,
+                            max_new_tokens=policy.max_response, lr=g.lr, beta=0.0, temperature=g.temperature,
+                            seed=seed, loss_type="dapo", epsilon=g.clip_low, epsilon_high=g.clip_high,
+                            top_p=g.top_p)
+    policy.model = result.model.eval()
+    for step, rec in enumerate(reward.records, 1):
+        ctx.log_metrics({f"grpo/{k}": v for k, v in rec.items()}, step)
+    policy.save(ctx.out_dir / "policy")
+    hist = reward.records
     keys = sorted({k for h in hist for k in h})
     write_table(ctx.out_dir / "history.parquet", {k: [float(h.get(k, np.nan)) for h in hist] for k in keys})
-    ctx.write_metrics({"variant": variant, "seed": seed, "n_cases": len(train_cases), **summary})
+    ctx.write_metrics({"variant": variant, "seed": seed, "n_cases": len(train_cases), **reward.summary()})

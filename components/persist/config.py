@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 from components.common.config import MethodConfig, Section
+from components.common.preflight import PreflightError
 
 
 class World(Section):
@@ -85,12 +86,23 @@ class CameraModel(Section):
     lr: float = 2e-3
 
 
+class Dit(Section):
+    """diffusers ``DiTTransformer2DModel`` sizes for ``pixel_model.arch = dit`` (paper profile:
+    22 blocks of DiT-L width 16 heads x 64, ~474M with P's input channels; the paper's P 460M)."""
+    layers: int = 22
+    heads: int = 16
+    head_dim: int = 64
+    patch: int = 10                 # 360 / 10 = 36 tokens a side (the paper's 2D-VAE patch is 10)
+
+
 class PixelModel(Section):
     """P_theta (deferred shader) and the pixel-history baseline: one U-Net rectified-flow
     denoiser in pixel space at 32x32 (no 2D VAE at this size; paper: causal DiT, 460M).
     ``persist`` conditions on w_2D (l layers x (classes + depth)) and the last 2 frames;
     ``baseline`` (Oasis-like) on the last ``baseline_context`` frames, same backbone and steps."""
     variants: list[str] = ["persist", "baseline"]
+    arch: Literal["unet", "dit"] = "unet"   # unet: PixelUNet (small); dit: diffusers DiT (paper)
+    dit: Dit = Dit()
     layers: int = 2                 # depth-peeled layers of w_2D
     persist_context: int = 2        # frames of pixel history given to P_theta
     baseline_context: int = 8       # K_P of the pixel-history baseline
@@ -111,10 +123,15 @@ class Evaluate(Section):
     edit_episodes: int = 12         # probe episodes re-used: a pillar edited in behind the agent
 
 
+class Device(Section):
+    device: str = "cpu"             # "auto" (paper profile): CUDA when visible (bf16 autocast), else CPU
+
+
 class Paper(Section):
-    """paper profile: Craftium/Luanti rollouts and GPU training; nothing is downloaded."""
+    """paper profile: the numpy voxel world at the paper's sizes (Craftium/Luanti is not on the
+    package registries) and GPU training; nothing is downloaded."""
     enabled: bool = False
-    data_root: str = ""             # Craftium trajectories (frames, actions, cameras, 48^3 voxels)
+    data_root: str = ""             # Craftium trajectories; only with world.backend = craftium (not built)
 
 
 class PersistConfig(MethodConfig):
@@ -126,6 +143,7 @@ class PersistConfig(MethodConfig):
     camera_model: CameraModel = CameraModel()
     pixel_model: PixelModel = PixelModel()
     evaluate: Evaluate = Evaluate()
+    device: Device = Device()
     paper: Paper = Paper()
 
     SMOKE: ClassVar[dict] = {
@@ -142,27 +160,59 @@ class PersistConfig(MethodConfig):
         "evaluate": {"rf_steps": 2, "horizons": [2, 4, 8], "edit_episodes": 2},
     }
     PAPER: ClassVar[dict] = {
-        "world": {"backend": "craftium", "crop": 48, "frame": 360, "height": 48},
-        "vae3d": {"latent_channels": 48, "width": 128, "steps": 200_000, "batch_size": 64},
-        "world_model": {"d_model": 1152, "n_layers": 28, "n_heads": 16, "context": 8,
+        # numpy voxel world at the paper's shapes: 48^3 agent-centred crop -> 12^3 x 48 latents,
+        # square 360 x 360 frames (paper 360 x 640), data as large as in-memory npz stages hold
+        "world": {"backend": "numpy_voxel", "size": 160, "height": 48, "crop": 48, "frame": 360,
+                  "n_train_worlds": 250, "n_eval_worlds": 32, "n_val_worlds": 16,
+                  "n_trees": 300, "n_pillars": 240},
+        "rollout": {"episodes_per_world": 4, "steps": 48, "eval_probe_episodes": 128,
+                    "val_probe_episodes": 64, "eval_free_episodes": 32, "eval_free_steps": 128,
+                    "eval_uniform_episodes": 8},
+        "vae3d": {"latent_channels": 48, "width": 256, "steps": 200_000, "batch_size": 64, "lr": 1e-4},
+        # 1728 latent tokens (patch 1 over 12^3, as 3D-XL); 20 blocks of width 1152 ~ the paper's 686M
+        "world_model": {"d_model": 1152, "n_layers": 20, "n_heads": 16, "patch": 10, "context": 8,
+                        "steps": 300_000, "batch_size": 64, "lr": 1e-4, "recentre_by_camera": False},
+        "camera_model": {"context": 8, "hidden": 2048, "steps": 100_000, "batch_size": 256, "lr": 1e-4},
+        "pixel_model": {"arch": "dit", "persist_context": 16, "baseline_context": 16,
                         "steps": 300_000, "batch_size": 64, "lr": 1e-4},
-        "camera_model": {"context": 8, "steps": 100_000, "batch_size": 256, "lr": 1e-4},
-        "pixel_model": {"persist_context": 16, "baseline_context": 16, "steps": 300_000, "width": 256,
-                        "batch_size": 64, "lr": 1e-4},
-        "evaluate": {"rf_steps": 20},
+        "evaluate": {"rf_steps": 20, "horizons": [8, 32, 64, 128], "edit_episodes": 64},
+        "device": {"device": "auto"},
         "paper": {"enabled": True},
     }
 
     def preflight(self) -> None:
-        if not self.paper.enabled:
-            return
-        root = self.paper.data_root
-        if not root or not Path(root).exists():
-            raise FileNotFoundError(
-                f"persist paper profile: paper.data_root = {root!r} does not exist; set "
-                "paper.data_root to a local folder of Craftium/Luanti rollouts (frames, actions, "
-                "cameras, 48^3 voxel labels). The craftium env and renderer backends are not part "
-                "of this CPU reproduction; nothing is downloaded at run time.")
-        raise NotImplementedError(
-            "persist paper profile: the craftium env backend (world.backend='craftium') and the "
-            "rasterise+depth-peel renderer are not implemented here; only numpy_voxel runs")
+        """One line naming the key, before anything runs (every profile: the checks are cheap)."""
+        w, pm = self.world, self.pixel_model
+        if w.backend != "numpy_voxel":
+            raise PreflightError(
+                "world.backend", w.backend, "'numpy_voxel' (the Craftium/Luanti engine is not on the package "
+                "registries and its env and rasteriser backends are not built here)", "is not available")
+        if pm.arch == "dit" and w.frame % pm.dit.patch:
+            raise PreflightError("pixel_model.dit.patch", str(pm.dit.patch),
+                                 f"a divisor of world.frame = {w.frame}", "does not tile the frame")
+        if w.frame % self.world_model.patch:
+            raise PreflightError("world_model.patch", str(self.world_model.patch),
+                                 f"a divisor of world.frame = {w.frame}", "does not tile the frame")
+        if w.crop % w.stride or w.crop > w.size:
+            raise PreflightError("world.crop", str(w.crop),
+                                 f"a multiple of world.stride = {w.stride} no larger than world.size = {w.size}",
+                                 "does not fit")
+        self._preflight_device()
+
+    def _preflight_device(self) -> None:
+        device = self.device.device
+        if device == "cpu" or (device == "auto" and not self.paper.enabled):
+            return                      # no torch import for the small profile's check
+        import torch
+
+        if device == "auto" and not torch.cuda.is_available():
+            raise PreflightError(
+                "device.device", device, "'cpu' to run the paper-sized models (W 671M, P 474M) on "
+                "the CPU anyway, or run on a CUDA machine", "finds no CUDA device")
+        try:
+            from components.common.devices import resolve_device
+
+            resolve_device(device)
+        except (RuntimeError, ValueError) as err:
+            raise PreflightError("device.device", device, "'auto' or 'cpu'",
+                                 f"is not usable ({' '.join(str(err).split())})") from None

@@ -17,12 +17,12 @@ import torch
 from components.common.io import load_torch, write_table
 from components.common.seeds import seed_everything
 from components.persist.data import env_spec, load_npz, save_npz, spin_steps
-from components.persist.models import (CameraModel, noise_context, plucker, rf_sample, to_unit,
+from components.persist.models import (CameraModel, OnDevice, noise_context, plucker, rf_sample, to_unit,
                                        w2d_features)
 from components.persist.raycast import pixel_rays, project, render_views
 from components.persist.train import (build_pixel_model, build_world_model, camera_inputs,
                                       cam_in_crop, decode_latents, encode_crops, inner_latent,
-                                      load_vae, pixel_cond, pixel_context_len, shift_latent)
+                                      load_vae, pixel_cond, pixel_context_len, shift_latent, stage_device)
 from components.persist.world import (AIR, EYE_HEIGHT, LANDMARKS, N_CLASSES, NOOP, PALETTE, Agent,
                                       camera_basis, camera_from_vector, crop_shift, feet_local,
                                       place_pillar, yaw_pitch_from_vector)
@@ -86,24 +86,25 @@ class Models:
     def __init__(self, cfg, ctx, seed: int):
         self.cfg = cfg
         self.spec = env_spec(cfg.world)
-        self.vae = load_vae(ctx.inputs["train_vae3d"] / "vae3d.pt")
+        dev = stage_device(cfg)
+        self.vae = load_vae(ctx.inputs["train_vae3d"] / "vae3d.pt").to(dev)
         lat = load_npz(ctx.inputs["encode_latents"] / "latents.npz")
         self.mean, self.std = torch.as_tensor(lat["mean"]), torch.as_tensor(lat["std"])
         ck = load_torch(ctx.inputs["train_world_model"][str(seed)] / "world.pt")
         self.world = build_world_model(cfg.world_model, ck["latent_channels"], ck["grid"], ck["frame"])
         self.world.load_state_dict(ck["state"])
-        self.world.eval()
+        self.world = OnDevice(self.world, dev)
         ck = load_torch(ctx.inputs["train_camera_model"][str(seed)] / "camera.pt")
         self.camera = CameraModel(ck["context"], ck["latent_dim"], ck["hidden"])
         self.camera.load_state_dict(ck["state"])
-        self.camera.eval()
+        self.camera = OnDevice(self.camera, dev)
         self.cam_scale = ck["scale"]
         self.pixel = {}
         for variant in cfg.pixel_model.variants:
             ck = load_torch(ctx.inputs["train_pixel_model"][f"{variant}-{seed}"] / "pixel.pt")
-            m = build_pixel_model(cfg.pixel_model, variant)
+            m = build_pixel_model(cfg.pixel_model, variant, cfg.world.frame)
             m.load_state_dict(ck["state"])
-            self.pixel[variant] = m.eval()
+            self.pixel[variant] = OnDevice(m, dev)
 
     def normalise(self, z):
         return (torch.as_tensor(z) - self.mean) / self.std
@@ -205,6 +206,7 @@ def rollout(models: Models, ep: dict, variant: str, n_steps: int, seed: int,
         labels = models.labels(w)
     out_labels.append(labels)
     out_cams.append(cam)
+    hist = world_history(w, models.world.context)
     for t in range(1, n_steps + 1):
         a = actions[:, t]
         if variant == "oracle":
@@ -214,7 +216,10 @@ def rollout(models: Models, ep: dict, variant: str, n_steps: int, seed: int,
             act_hist = np.concatenate([act_hist[:, 1:], a[:, None]], 1)
             cam_new, shift = _step_camera(models, cam_hist, act_hist, w)
             cells = shift[:, :2] // models.spec.stride
-            w_prev, valid = shift_latent(w, cells)
+            if not models.cfg.world_model.recentre_by_camera:
+                cells = np.zeros_like(cells)        # W was trained to scroll the crop itself
+            hist = [shift_history(z, v, cells) for z, v in hist]
+            w_prev, valid = torch.cat([z for z, _ in hist], 1), torch.cat([v for _, v in hist], 1)
             cam_prev = cam_hist[:, -1].copy()
             cam_prev[:, :3] -= shift
             w = _sample_world(models, w_prev, valid, torch.as_tensor(a), cam_prev, cam_new,
@@ -222,6 +227,7 @@ def rollout(models: Models, ep: dict, variant: str, n_steps: int, seed: int,
             cam_hist = np.concatenate([cam_hist[:, 1:], cam_new[:, None]], 1)
             cam_hist[:, :-1, :3] -= shift[:, None]
             cam = cam_new
+        hist = world_history(w, len(hist), hist)
         labels = models.labels(w)
         out_labels.append(labels)
         out_cams.append(cam)
@@ -229,6 +235,21 @@ def rollout(models: Models, ep: dict, variant: str, n_steps: int, seed: int,
                          for j in range(k_pix, 0, -1)], 1)
         frames.append(_sample_frame(models, "persist", project_world(models, labels, cam), frames, acts, gen))
     return {"frames": _to_u8(frames), "labels": np.stack(out_labels, 1), "cams": np.stack(out_cams, 1)}
+
+
+def world_history(w: torch.Tensor, k: int, older: list | None = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The K past world frames W conditions on, newest first, each with its valid mask: ``w``
+    in front of ``older`` (or of empty, invalid frames at the start of an episode, as in
+    training)."""
+    ones = torch.ones(w.shape[0], 1, *w.shape[2:])
+    empty = (torch.zeros_like(w), torch.zeros_like(ones))
+    rest = list(older or [])[:k - 1]
+    return [(w, ones)] + rest + [empty] * (k - 1 - len(rest))
+
+
+def shift_history(z: torch.Tensor, valid: torch.Tensor, cells: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """A past world frame and its valid mask moved with the crop; cells entering it are invalid."""
+    return shift_latent(z, cells)[0], shift_latent(valid, cells)[0]
 
 
 def _to_u8(frames: list[torch.Tensor]) -> np.ndarray:

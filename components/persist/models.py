@@ -272,6 +272,32 @@ class PixelUNet(nn.Module):
         return self.out(h)
 
 
+class DiTPixelModel(nn.Module):
+    """P_theta and the baseline as a diffusers ``DiTTransformer2DModel`` (the paper profile's
+    backbone family: a DiT with AdaLN-zero). Same call as ``PixelUNet``: the conditioning
+    channels and one constant plane per (context action, action id) are concatenated to the
+    noisy frame; the current action a_t is the DiT's class label and tau * 1000 its timestep.
+    diffusers' label embedding drops the label with p = 0.1 in training (its CFG default)."""
+
+    def __init__(self, cond_channels: int, n_actions_ctx: int, frame: int, layers: int, heads: int,
+                 head_dim: int, patch: int):
+        super().__init__()
+        from diffusers import DiTTransformer2DModel
+
+        self.n_actions_ctx = n_actions_ctx
+        self.dit = DiTTransformer2DModel(
+            num_attention_heads=heads, attention_head_dim=head_dim, num_layers=layers,
+            in_channels=3 + cond_channels + n_actions_ctx * N_ACTIONS, out_channels=3,
+            sample_size=frame, patch_size=patch, num_embeds_ada_norm=N_ACTIONS)
+
+    def forward(self, x_noisy, tau, cond, actions):
+        b, _, h, w = x_noisy.shape
+        planes = F.one_hot(actions.long(), N_ACTIONS).to(x_noisy.dtype).flatten(1)
+        planes = planes[:, :, None, None].expand(b, planes.shape[1], h, w)
+        inp = torch.cat([x_noisy, cond, planes], 1)
+        return self.dit(inp, timestep=tau * 1000, class_labels=actions[:, -1].long()).sample
+
+
 def count_params(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
@@ -290,3 +316,47 @@ def to_unit(frames_u8: np.ndarray | torch.Tensor) -> torch.Tensor:
     x = torch.as_tensor(np.asarray(frames_u8), dtype=torch.float32) / 127.5 - 1
     return x.movedim(-1, -3)
 
+
+
+# ----------------------------------------------------------------------------- devices
+def to_device(obj, device):
+    """Tensors of a batch (a tensor, or a dict / tuple / list of them) on ``device``; on the
+    CPU this is the identity, so the small profile's numbers do not move."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, dict):
+        return {k: to_device(v, device) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_device(v, device) for v in obj)
+    return obj
+
+
+def device_of(module: nn.Module) -> torch.device:
+    return next(module.parameters()).device
+
+
+def autocast(device: torch.device):
+    """bf16 autocast on a CUDA device that has it (the paper profile); nothing on the CPU."""
+    import contextlib
+
+    from components.common.devices import resolve_dtype
+
+    if device.type == "cuda" and resolve_dtype(device) == torch.bfloat16:
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+class OnDevice:
+    """Runs a trained module on ``device`` while the rollout code keeps CPU tensors: inputs go
+    to the device, the output comes back as float32 on the CPU. Attributes are the module's."""
+
+    def __init__(self, module: nn.Module, device: torch.device):
+        self.module, self.device = module.to(device).eval(), device
+
+    def __call__(self, *args):
+        with autocast(self.device):
+            out = self.module(*to_device(args, self.device))
+        return out.float().cpu()
+
+    def __getattr__(self, name: str):
+        return getattr(self.module, name)

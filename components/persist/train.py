@@ -5,19 +5,30 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from components.common.devices import resolve_device
 from components.common.io import load_torch, save_torch, write_json_atomic
 from components.common.seeds import seed_everything
 from components.common.train import fit
 from components.persist.data import env_spec, load_npz, save_npz
-from components.persist.models import (VAE3D, CameraModel, PixelUNet, WorldModel, class_weights, count_params,
-                                       noise_context, plucker, rf_interpolate, rf_loss,
-                                       to_unit, w2d_features)
+from components.persist.models import (VAE3D, CameraModel, DiTPixelModel, PixelUNet, WorldModel, autocast,
+                                       class_weights, count_params, device_of, noise_context, plucker,
+                                       rf_interpolate, rf_loss, to_device, to_unit, w2d_features)
 from components.persist.raycast import project
 from components.persist.world import EYE_HEIGHT, LANDMARKS, N_ACTIONS, NOOP
 
 
 def _set_threads():
     torch.set_num_threads(max(1, torch.get_num_threads()))
+
+
+def stage_device(cfg) -> torch.device:
+    """``device.device``: cpu (smoke, small) or auto (paper: CUDA when visible)."""
+    return resolve_device(cfg.device.device)
+
+
+def cpu_state(model: torch.nn.Module) -> dict:
+    """The state dict on the CPU (checkpoints load anywhere; a no-op for CPU models)."""
+    return {k: v.cpu() for k, v in model.state_dict().items()}
 
 
 # ----------------------------------------------------------------------------- 3D VAE
@@ -30,7 +41,8 @@ def train_vae3d_stage(cfg, ctx) -> None:
     perm = torch.randperm(n)
     n_val = max(1, n // 20)
     val, tr = flat[perm[:n_val]], flat[perm[n_val:]]
-    model = VAE3D(v.latent_channels, v.width)
+    dev = stage_device(cfg)
+    model = VAE3D(v.latent_channels, v.width).to(dev)
     gen = torch.Generator().manual_seed(v.seed)
 
     def batches():
@@ -41,11 +53,16 @@ def train_vae3d_stage(cfg, ctx) -> None:
         return {"val/voxel_acc": voxel_accuracy(m, val), "val/solid_acc": voxel_accuracy(m, val, solid=True),
                 "val/landmark_acc": voxel_accuracy(m, val, classes=LANDMARKS)}
 
-    weight = class_weights(crops, v.class_weight_power)
-    records = fit(model, batches(), lambda m, b: m.loss(b, class_weight=weight), steps=v.steps, lr=v.lr,
+    weight = to_device(class_weights(crops, v.class_weight_power), dev)
+
+    def loss_fn(m, b):
+        with autocast(dev):
+            return m.loss(b.to(dev), class_weight=weight)
+
+    records = fit(model, batches(), loss_fn, steps=v.steps, lr=v.lr,
                   warmup=v.steps // 20, ctx=ctx, eval_fn=evaluate,
                   eval_every=max(1, v.steps // 4), prefix="vae3d")
-    save_torch(ctx.out_dir / "vae3d.pt", {"state": model.state_dict(),
+    save_torch(ctx.out_dir / "vae3d.pt", {"state": cpu_state(model),
                                           "args": dict(latent_channels=v.latent_channels, width=v.width)})
     last = records[-1]
     ctx.write_metrics({"final_loss": last["vae3d/loss"], "val_voxel_acc": last["val/voxel_acc"],
@@ -55,7 +72,8 @@ def train_vae3d_stage(cfg, ctx) -> None:
 
 @torch.no_grad()
 def voxel_accuracy(model: VAE3D, labels: torch.Tensor, solid: bool = False, classes=None) -> float:
-    pred = torch.cat([model.decode(model.encode(b)).argmax(1) for b in labels.split(64)])
+    dev = device_of(model)
+    pred = torch.cat([model.decode(model.encode(b.to(dev))).argmax(1).cpu() for b in labels.split(64)])
     mask = labels != 0 if solid else torch.ones_like(labels, dtype=torch.bool)
     if classes is not None:
         mask = torch.isin(labels, torch.as_tensor(classes, dtype=labels.dtype))
@@ -72,7 +90,8 @@ def load_vae(path) -> VAE3D:
 @torch.no_grad()
 def encode_crops(vae: VAE3D, crops: np.ndarray) -> np.ndarray:
     flat = torch.as_tensor(crops.reshape(-1, *crops.shape[-3:]))
-    z = torch.cat([vae.encode(b) for b in flat.split(128)])
+    dev = device_of(vae)
+    z = torch.cat([vae.encode(b.to(dev)).float().cpu() for b in flat.split(128)])
     return z.numpy().reshape(*crops.shape[:-3], *z.shape[1:])
 
 
@@ -80,7 +99,8 @@ def encode_crops(vae: VAE3D, crops: np.ndarray) -> np.ndarray:
 def decode_latents(vae: VAE3D, z: np.ndarray | torch.Tensor) -> np.ndarray:
     z = torch.as_tensor(z, dtype=torch.float32)
     flat = z.reshape(-1, *z.shape[-4:])
-    lab = torch.cat([vae.decode(b).argmax(1) for b in flat.split(128)]).to(torch.uint8)
+    dev = device_of(vae)
+    lab = torch.cat([vae.decode(b.to(dev)).argmax(1).cpu() for b in flat.split(128)]).to(torch.uint8)
     return lab.numpy().reshape(*z.shape[:-4], *lab.shape[1:])
 
 
@@ -92,7 +112,7 @@ def encode_latents_stage(cfg, ctx) -> None:
     _set_threads()
     spec = env_spec(cfg.world)
     data = load_npz(ctx.inputs["rollout_env"] / "train.npz")
-    vae = load_vae(ctx.inputs["train_vae3d"] / "vae3d.pt")
+    vae = load_vae(ctx.inputs["train_vae3d"] / "vae3d.pt").to(stage_device(cfg))
     z = encode_crops(vae, data["crops"])
     mean = z.mean(axis=(0, 1, 3, 4, 5), keepdims=True)[0, 0]
     std = z.std(axis=(0, 1, 3, 4, 5), keepdims=True)[0, 0] + 1e-6
@@ -179,11 +199,14 @@ def world_batch(data: dict, zn: np.ndarray, idx: np.ndarray, wm, spec, rng: np.r
 
 
 def world_loss(model: WorldModel, batch: dict) -> torch.Tensor:
-    tau = torch.rand(batch["target"].shape[0])
+    dev = device_of(model)
+    batch = to_device(batch, dev)
+    tau = torch.rand(batch["target"].shape[0], device=dev)
     x_tau, x1 = rf_interpolate(batch["target"], tau)
-    v = model(x_tau, tau, batch["w_prev"], batch["valid"], batch["action"], batch["cam_prev"],
-              batch["cam_now"], batch["frame"], batch["frame_pl"], batch["ctx_tau"], batch["mode"])
-    return rf_loss(v, batch["target"], x1)
+    with autocast(dev):
+        v = model(x_tau, tau, batch["w_prev"], batch["valid"], batch["action"], batch["cam_prev"],
+                  batch["cam_now"], batch["frame"], batch["frame_pl"], batch["ctx_tau"], batch["mode"])
+    return rf_loss(v.float(), batch["target"], x1)
 
 
 def build_world_model(cfg_wm, latent_channels: int, grid, frame: int) -> WorldModel:
@@ -218,7 +241,7 @@ def train_world_model_stage(cfg, ctx) -> None:
     data, lat, zn = _load_train(ctx)
     tr, va = _split_episodes(len(zn), 0)
     t_max = zn.shape[1]
-    model = build_world_model(wm, zn.shape[2], zn.shape[3:], cfg.world.frame)
+    model = build_world_model(wm, zn.shape[2], zn.shape[3:], cfg.world.frame).to(stage_device(cfg))
     val_rng = np.random.default_rng(123)
     val_batch = world_batch(data, zn, _pairs(va, t_max, val_rng, 128), wm, spec, val_rng)
 
@@ -232,7 +255,7 @@ def train_world_model_stage(cfg, ctx) -> None:
 
     records = fit(model, batches(), world_loss, steps=wm.steps, lr=wm.lr, warmup=wm.steps // 20,
                   ctx=ctx, eval_fn=evaluate, eval_every=max(1, wm.steps // 4), prefix="world")
-    save_torch(ctx.out_dir / "world.pt", {"state": model.state_dict(), "latent_channels": zn.shape[2],
+    save_torch(ctx.out_dir / "world.pt", {"state": cpu_state(model), "latent_channels": zn.shape[2],
                                           "grid": list(zn.shape[3:]), "frame": cfg.world.frame})
     ctx.write_metrics({"final_loss": records[-1]["world/loss"], "val_rf_loss": records[-1]["val/rf_loss"],
                        "n_params": count_params(model)})
@@ -285,25 +308,30 @@ def train_camera_model_stage(cfg, ctx) -> None:
     t_max = zn.shape[1]
     all_t = camera_batch(data, zn, _pairs(tr, t_max, np.random.default_rng(7), 4096), cm.context)[-1]
     scale = all_t.std(0).clamp_min(1e-3)
-    model = CameraModel(cm.context, inner_latent(zn[0, 0]).numel(), cm.hidden)
-    val = camera_batch(data, zn, _pairs(va, t_max, np.random.default_rng(9), 512), cm.context)
+    dev = stage_device(cfg)
+    model = CameraModel(cm.context, inner_latent(zn[0, 0]).numel(), cm.hidden).to(dev)
+    val = to_device(camera_batch(data, zn, _pairs(va, t_max, np.random.default_rng(9), 512), cm.context), dev)
+    scale_dev = scale.to(dev)
 
     def loss_fn(m, b):
-        return ((m(*b[:3]) - b[3] / scale) ** 2).mean()
+        b = to_device(b, dev)
+        with autocast(dev):
+            pred = m(*b[:3])
+        return ((pred.float() - b[3] / scale_dev) ** 2).mean()
 
     def batches():
         while True:
             yield camera_batch(data, zn, _pairs(tr, t_max, rng, cm.batch_size), cm.context)
 
     def evaluate(m):
-        pred = m(*val[:3]) * scale
-        err = (pred - val[3]).abs().mean(0)
+        pred = m(*val[:3]) * scale_dev
+        err = (pred - val[3]).abs().mean(0).cpu()
         return {"val/pos_mae": float(err[:3].mean()), "val/yaw_mae_deg": float(np.rad2deg(err[4])),
                 "val/pitch_mae_deg": float(np.rad2deg(err[3]))}
 
     records = fit(model, batches(), loss_fn, steps=cm.steps, lr=cm.lr, warmup=cm.steps // 20, ctx=ctx,
                   eval_fn=evaluate, eval_every=max(1, cm.steps // 4), prefix="camera")
-    save_torch(ctx.out_dir / "camera.pt", {"state": model.state_dict(), "scale": scale,
+    save_torch(ctx.out_dir / "camera.pt", {"state": cpu_state(model), "scale": scale,
                                            "context": cm.context, "hidden": cm.hidden,
                                            "latent_dim": inner_latent(zn[0, 0]).numel()})
     last = records[-1]
@@ -350,17 +378,26 @@ def pixel_batch(data, lat, idx, pm, variant: str, view_distance: float, rng, tra
     return target, pixel_cond(w2d, ctx_frames, ctx_tau), torch.as_tensor(acts, dtype=torch.int64)
 
 
-def pixel_loss(model: PixelUNet, batch) -> torch.Tensor:
-    target, cond, acts = batch
-    tau = torch.rand(target.shape[0])
+def pixel_loss(model: PixelUNet | DiTPixelModel, batch) -> torch.Tensor:
+    dev = device_of(model)
+    target, cond, acts = to_device(batch, dev)
+    tau = torch.rand(target.shape[0], device=dev)
     x_tau, x1 = rf_interpolate(target, tau)
-    return rf_loss(model(x_tau, tau, cond, acts), target, x1)
+    with autocast(dev):
+        v = model(x_tau, tau, cond, acts)
+    return rf_loss(v.float(), target, x1)
 
 
-def build_pixel_model(pm, variant: str) -> PixelUNet:
+def build_pixel_model(pm, variant: str, frame: int) -> PixelUNet | DiTPixelModel:
+    """``pixel_model.arch``: the small profile's U-Net, or a diffusers DiT (paper profile).
+    P_theta and the baseline share the backbone either way; only the conditioning differs."""
     from components.persist.world import N_CLASSES
 
-    return PixelUNet(pixel_cond_channels(pm, variant, N_CLASSES), pixel_context_len(pm, variant), pm.width)
+    cond, k = pixel_cond_channels(pm, variant, N_CLASSES), pixel_context_len(pm, variant)
+    if pm.arch == "dit":
+        d = pm.dit
+        return DiTPixelModel(cond, k, frame, d.layers, d.heads, d.head_dim, d.patch)
+    return PixelUNet(cond, k, pm.width)
 
 
 def train_pixel_model_stage(cfg, ctx) -> None:
@@ -374,7 +411,7 @@ def train_pixel_model_stage(cfg, ctx) -> None:
     lat = load_npz(ctx.inputs["encode_latents"] / "latents.npz") if variant == "persist" else None
     n_ep, t_max = data["frames"].shape[:2]
     tr, va = _split_episodes(n_ep, 0)
-    model = build_pixel_model(pm, variant)
+    model = build_pixel_model(pm, variant, cfg.world.frame).to(stage_device(cfg))
     val_rng = np.random.default_rng(321)
     val = pixel_batch(data, lat, _pairs(va, t_max, val_rng, 64), pm, variant, spec.view_distance, val_rng)
 
@@ -389,11 +426,17 @@ def train_pixel_model_stage(cfg, ctx) -> None:
 
     records = fit(model, batches(), pixel_loss, steps=pm.steps, lr=pm.lr, warmup=pm.steps // 20,
                   ctx=ctx, eval_fn=evaluate, eval_every=max(1, pm.steps // 4), prefix=f"pixel_{variant}")
-    save_torch(ctx.out_dir / "pixel.pt", {"state": model.state_dict(), "variant": variant})
-    write_json_atomic(ctx.out_dir / "info.json", {"variant": variant, "n_params": count_params(model)})
+    save_torch(ctx.out_dir / "pixel.pt", {"state": cpu_state(model), "variant": variant})
+    write_json_atomic(ctx.out_dir / "info.json", {"variant": variant, "n_params": count_params(model),
+                                                  "backbone": backbone_name(model)})
     ctx.write_metrics({"final_loss": records[-1][f"pixel_{variant}/loss"],
                        "val_rf_loss": records[-1]["val/rf_loss"], "n_params": count_params(model)})
 
 
 # keep the names the evaluate stage imports in one place
 __all__ = ["EYE_HEIGHT", "N_ACTIONS"]
+
+
+def backbone_name(model: torch.nn.Module) -> str:
+    """The class that does the denoising (``DiTTransformer2DModel`` for the diffusers DiT)."""
+    return type(getattr(model, "dit", model)).__name__

@@ -52,12 +52,12 @@ class DigitFeatures:
                 "sample_std": float(x.std(0).mean())}
 
 
-def _sample_rows(instances: dict[str, Path], score) -> list[dict]:
+def _sample_rows(instances: dict[str, Path], score, load=load_npy) -> list[dict]:
     rows = []
     for inst_dir in instances.values():
         gammas = _gamma_summary(_gamma_table(Path(inst_dir)))
         for run in read_json(Path(inst_dir) / "runs.json"):
-            x = load_npy(Path(inst_dir) / run["file"])
+            x = load(Path(inst_dir) / run["file"])
             key = (run["steps"], run["correction"])
             rows.append({**{k: v for k, v in run.items() if k != "file"}, **score(x),
                          **gammas.get(key, {"gamma_mean": NAN, "clip_frac": NAN})})
@@ -98,6 +98,15 @@ def _reference_row(dataset: str, metrics: dict) -> dict:
             "correction": "none", "wall_s": 0.0, **metrics, "gamma_mean": NAN, "clip_frac": NAN}
 
 
+def _digits_rows(ctx, data: Path, ev) -> list[dict]:
+    digits = DigitFeatures(ctx.inputs["train_feature_net"], load_npy(data / "digits_train_x.npy"),
+                           ev.mmd_max_points)
+    rows = _sample_rows(ctx.inputs["sample_digits"], lambda x: digits.metrics(x, ev))
+    # floor: held-out real digits vs the training digits (fewer points, so a slight overestimate)
+    rows.append(_reference_row("digits", digits.metrics(load_npy(data / "digits_test_x.npy"), ev)))
+    return rows
+
+
 def evaluate_stage(cfg, ctx) -> None:
     with torch_threads(1):
         _evaluate_stage(cfg, ctx)
@@ -115,16 +124,20 @@ def _evaluate_stage(cfg, ctx) -> None:
     rows.append(_reference_row("mixture", mixture_metrics(fresh, reference, validation, mixture,
                                                           mmd, ev)))
 
-    digits = DigitFeatures(ctx.inputs["train_feature_net"], load_npy(data / "digits_train_x.npy"),
-                           ev.mmd_max_points)
-    rows += _sample_rows(ctx.inputs["sample_digits"], lambda x: digits.metrics(x, ev))
-    # floor: held-out real digits vs the training digits (fewer points, so a slight overestimate)
-    rows.append(_reference_row("digits", digits.metrics(load_npy(data / "digits_test_x.npy"), ev)))
+    if cfg.paper.enabled:       # paper profile: FD of the image samples to the reference
+        from components.steindiff.images import DATASET, ImageScorer, load_samples
+
+        scorer = ImageScorer(cfg.paper, ctx.inputs["train_feature_net"])
+        rows += _sample_rows(ctx.inputs["sample_digits"], scorer, load_samples)
+        image_dataset = DATASET
+    else:
+        rows += _digits_rows(ctx, data, ev)
+        image_dataset = "digits"
 
     columns = sorted({k for r in rows for k in r})
     table = {k: [r.get(k, float("nan")) for r in rows] for k in columns}
     write_table(ctx.out_dir / "metrics.parquet", table)
     steps = pd.concat([gamma_log(ctx.inputs["sample_mixture"], "mixture"),
-                       gamma_log(ctx.inputs["sample_digits"], "digits")], ignore_index=True)
+                       gamma_log(ctx.inputs["sample_digits"], image_dataset)], ignore_index=True)
     write_table(ctx.out_dir / "gammas.parquet", steps)
     ctx.write_metrics({"n_rows": len(rows)})

@@ -81,7 +81,15 @@ def mode_stats(x: np.ndarray, mixture: Mixture, radius_stds: float = 3.0,
 
 def frechet_distance(feat_a: np.ndarray, feat_b: np.ndarray) -> float:
     """Fréchet distance between Gaussians fitted to two feature sets (the FID formula)."""
-    mu_a, mu_b = feat_a.mean(0), feat_b.mean(0)
-    cov_a, cov_b = np.cov(feat_a, rowvar=False), np.cov(feat_b, rowvar=False)
+    return frechet_from_stats(*feature_stats(feat_a), *feature_stats(feat_b))
+
+
+def feature_stats(features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and covariance of a feature set (what FID reference files store as mu, sigma)."""
+    return features.mean(0), np.cov(features, rowvar=False)
+
+
+def frechet_from_stats(mu_a: np.ndarray, cov_a: np.ndarray, mu_b: np.ndarray,
+                       cov_b: np.ndarray) -> float:
     covmean = np.real(linalg.sqrtm(cov_a @ cov_b))
     return float(((mu_a - mu_b) ** 2).sum() + np.trace(cov_a + cov_b - 2 * covmean))

@@ -109,6 +109,26 @@ def flat_metrics(result: dict) -> dict[str, float]:
     return {k: float(v) for k, v in out.items() if np.isfinite(v)}
 
 
+def image_fd(df: pd.DataFrame) -> dict:
+    """Paper profile: FD and the FD ratio (arm / vanilla) of every solver and budget, mean over
+    seeds, with the Stein arms' clip fraction (no verdict: nothing is pre-registered at this
+    scale yet). Empty without image rows."""
+    images = df[df.dataset == "images"]
+    if images.empty:
+        return {}
+    fd, clip = paired_table(images, "fd"), paired_table(images, "clip_frac")
+    out = {}
+    for row, clip_row in zip(fd.itertuples(index=False), clip.itertuples(index=False)):
+        key = f"{row.solver}_N{row.steps}"
+        out[f"images_fd_none_{key}"] = getattr(row, "fd_none", float("nan"))
+        for arm in ARMS:
+            if hasattr(row, f"fd_{arm}"):
+                out[f"images_fd_{arm}_{key}"] = getattr(row, f"fd_{arm}")
+                out[f"images_fd_ratio_{arm}_{key}"] = getattr(row, f"fd_ratio_{arm}", float("nan"))
+                out[f"images_clip_frac_{arm}_{key}"] = getattr(clip_row, f"clip_frac_{arm}", float("nan"))
+    return out
+
+
 def gamma_vs_oracle(steps: pd.DataFrame) -> pd.DataFrame:
     """Per corrected Heun step on the mixture: raw Stein γ, oracle γ at the same particles and
     their ratio, mean over seeds."""
@@ -145,8 +165,10 @@ def _plot(df: pd.DataFrame, out: Path) -> None:
     import matplotlib.pyplot as plt
 
     runs = df[df.solver != "true_samples"]
-    panels = [("mixture", "sw2"), ("digits", "fd")]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    panels = [(d, m) for d, m in (("mixture", "sw2"), ("digits", "fd"), ("images", "fd"))
+              if d in set(df.dataset)]
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
+    axes = axes[0]
     for ax, (dataset, metric) in zip(axes, panels):
         sub = runs[runs.dataset == dataset]
         for (solver, corr), g in sub.groupby(["solver", "correction"]):
@@ -175,8 +197,11 @@ def report_stage(cfg, ctx) -> None:
                 "## Mixture: raw Stein γ vs oracle γ of the same particles (mean over seeds)",
                 _fmt_table(ratios) if len(ratios) else "(no oracle steps)"]
     for dataset, metrics in (("mixture", ["sw2", "sw2_val", "modes_covered", "mmd", "clip_frac"]),
-                             ("digits", ["fd", "sw2", "clip_frac"])):
+                             ("digits", ["fd", "sw2", "clip_frac"]),
+                             ("images", ["fd", "sample_std", "clip_frac"])):
         sub = df[df.dataset == dataset]
+        if dataset == "images" and sub.empty:
+            continue
         for metric in metrics:
             sections += [f"## {dataset}: {metric} (mean over seeds; every solver and budget shown)",
                          _fmt_table(paired_table(sub, metric))]
@@ -188,7 +213,10 @@ def report_stage(cfg, ctx) -> None:
     _plot(df, ctx.out_dir / "quality_vs_steps.png")
     ctx.log_artifact(ctx.out_dir / "report.md")
     ctx.log_artifact(ctx.out_dir / "quality_vs_steps.png")
-    ctx.write_metrics(flat_metrics(criteria(df)))
+    images = {k: float(v) for k, v in image_fd(df).items() if np.isfinite(v)}
+    if images:
+        write_json_atomic(ctx.out_dir / "images_fd.json", images)
+    ctx.write_metrics({**flat_metrics(criteria(df)), **images})
 
 
 def _json_block(obj) -> str:

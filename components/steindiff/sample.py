@@ -125,6 +125,10 @@ def _sample_mixture_stage(cfg, ctx) -> None:
 
 
 def sample_digits_stage(cfg, ctx) -> None:
+    if cfg.paper.enabled:       # paper profile: the pretrained image UNet, same grid
+        from components.steindiff.images import sample_images_stage
+
+        return sample_images_stage(cfg, ctx)
     with torch_threads(1):
         _sample_digits_stage(cfg, ctx)
 

@@ -49,11 +49,12 @@ def _flat_dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def draw_probe(like: torch.Tensor, kind: str, generator: torch.Generator) -> torch.Tensor:
+    """A probe drawn on the CPU generator (the same numbers on any device), moved to ``like``'s."""
     if kind == "rademacher":
         bits = torch.randint(0, 2, like.shape, generator=generator, dtype=torch.int64)
-        return (2 * bits - 1).to(like.dtype)
+        return (2 * bits - 1).to(device=like.device, dtype=like.dtype)
     if kind == "gaussian":
-        return torch.randn(like.shape, generator=generator, dtype=like.dtype)
+        return torch.randn(like.shape, generator=generator, dtype=like.dtype).to(like.device)
     raise ValueError(f"unknown probe {kind!r} (rademacher, gaussian)")
 
 
@@ -62,7 +63,7 @@ def hutchinson_divergence(u: torch.Tensor, x: torch.Tensor, n_probes: int, kind:
     """Per-sample unbiased estimate of div u(x) = tr J: mean over probes v of vᵀ J v.
     One vector-Jacobian product per probe (valid because sample i's u depends only on x_i)."""
     generator = generator or torch.Generator().manual_seed(0)
-    total = torch.zeros(x.shape[0], dtype=x.dtype)
+    total = torch.zeros(x.shape[0], dtype=x.dtype, device=x.device)
     for _ in range(n_probes):
         v = draw_probe(u, kind, generator)
         (jtv,) = torch.autograd.grad(u, x, grad_outputs=v, retain_graph=True)
@@ -73,7 +74,7 @@ def hutchinson_divergence(u: torch.Tensor, x: torch.Tensor, n_probes: int, kind:
 def exact_divergence(u: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """Per-sample trace of the Jacobian, one backward pass per coordinate (small dims only)."""
     flat_u = u.flatten(1)
-    total = torch.zeros(x.shape[0], dtype=x.dtype)
+    total = torch.zeros(x.shape[0], dtype=x.dtype, device=x.device)
     for i in range(flat_u.shape[1]):
         (g,) = torch.autograd.grad(flat_u[:, i].sum(), x, retain_graph=True)
         total += g.flatten(1)[:, i]

@@ -35,6 +35,10 @@ def load_denoiser(model_dir: Path) -> EDMDenoiser:
 
 
 def train_denoiser_stage(cfg, ctx) -> None:
+    if cfg.paper.enabled:       # paper profile: a pretrained UNet, loaded and described
+        from components.steindiff.images import describe_pretrained_stage
+
+        return describe_pretrained_stage(cfg, ctx)
     with torch_threads(1):
         _train_denoiser_stage(cfg, ctx)
 
@@ -81,6 +85,10 @@ def load_classifier(model_dir: Path) -> DigitClassifier:
 
 
 def train_feature_net_stage(cfg, ctx) -> None:
+    if cfg.paper.enabled:       # paper profile: reference statistics of a pretrained encoder
+        from components.steindiff.images import reference_stats_stage
+
+        return reference_stats_stage(cfg, ctx)
     with torch_threads(1):
         _train_feature_net_stage(cfg, ctx)
 

@@ -190,16 +190,10 @@ def clean_stale_temps(final: Path) -> None:
 
 def run_stage(project: Project, method_name: str, stage_name: str, item_key: str | None = None,
               on_progress: Callable[[int, int, str], None] | None = None,
-              params: dict[str, Any] | None = None, data_root: str | None = None,
-              cuda_device: int | None = None) -> StageRecord:
+              params: dict[str, Any] | None = None, data_root: str | None = None) -> StageRecord:
     """Run one instance. ``params`` (default: the workspace's params file) come from the driver
     when it runs on a worker; with ``data_root`` the inputs and outputs go through that store
-    (see ``dataroot``) and the workspace is not touched: the driver fetches the output.
-    ``cuda_device``: the GPU the local executor reserved for this instance (its current device)."""
-    if cuda_device is not None:
-        import torch
-
-        torch.cuda.set_device(cuda_device)
+    (see ``dataroot``) and the workspace is not touched: the driver fetches the output."""
     method = registry.get(method_name)
     try:
         stage = method.stage(stage_name)

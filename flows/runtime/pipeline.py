@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from components.common.config import MethodConfig
 from components.common.io import write_bytes_atomic
 from flows.runtime.dag import Method, Stage
-from flows.runtime.project import Project
+from flows.runtime.project import DEFAULT_SETTINGS, Project
 
 FANOUT_KEY = "fanout"
 
@@ -63,7 +63,7 @@ def _tracked_params(method: Method, stage: Stage, config_class: type[MethodConfi
     return keys
 
 
-def stage_spec(method: Method, stage: Stage, code_deps: str = "folders") -> dict[str, Any]:
+def stage_spec(method: Method, stage: Stage, code_deps: str = DEFAULT_SETTINGS["code_deps"]) -> dict[str, Any]:
     """``code_deps``: ``folders`` (the method's and the common components folders) or
     ``imports`` (only the files the stage imports; see ``codedeps``)."""
     config_class = method.config_class()
@@ -90,7 +90,7 @@ def stage_spec(method: Method, stage: Stage, code_deps: str = "folders") -> dict
     return spec
 
 
-def pipeline_document(method: Method, code_deps: str = "folders") -> dict[str, Any]:
+def pipeline_document(method: Method, code_deps: str = DEFAULT_SETTINGS["code_deps"]) -> dict[str, Any]:
     return {"stages": {s.name: stage_spec(method, s, code_deps) for s in method.stages}}
 
 
@@ -109,7 +109,8 @@ def write_if_changed(path: Path, text: str) -> bool:
 
 
 def write_pipeline(project: Project, method: Method) -> bool:
-    code_deps = project.settings()["code_deps"] if (project.root / "params.yaml").is_file() else "folders"
+    settings = project.settings() if (project.root / "params.yaml").is_file() else DEFAULT_SETTINGS
+    code_deps = settings["code_deps"]
     text = render_yaml(pipeline_document(method, code_deps), PIPELINE_HEADER.format(name=method.name))
     return write_if_changed(project.pipeline_file(method.name), text)
 

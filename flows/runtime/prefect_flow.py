@@ -60,8 +60,8 @@ class _ProgressReporter:
 def _run_stage(root: str, method: str, stage: str, item_key: str | None,
                params: dict[str, Any], data_root: str | None, num_gpus: float = 0) -> dict[str, Any]:
     """The task body. With the local executor the instance runs in a worker process of the
-    driver's pool (its own RNGs and thread counts), one GPU stage per visible device at a time;
-    in a Ray worker it runs right here (Ray workers are processes that run one task at a time,
+    driver's pool (its own RNGs and thread counts); a GPU instance in a worker of its own that
+    sees only the devices reserved for it (``workers.gpu_slot``); in a Ray worker it runs right here (Ray workers are processes that run one task at a time,
     and Ray itself assigns their GPUs)."""
     name = f"{stage}@{item_key}" if item_key else stage
     job = {"method_name": method, "stage_name": stage, "item_key": item_key, "params": params,
@@ -69,10 +69,11 @@ def _run_stage(root: str, method: str, stage: str, item_key: str | None,
     pool = workers.active()
     if pool is not None:
         live = display.current()
-        with workers.gpu_slot(num_gpus) as device:
+        with workers.gpu_slot(num_gpus) as devices:
             if live is not None:
                 live.set(name, "running")
-            return pool.run({"root": root, **job, "cuda_device": device}, _ProgressReporter(name))
+            env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, devices))} if devices else None
+            return pool.run({"root": root, **job}, _ProgressReporter(name), env=env)
     try:
         record = execute_mod.run_stage(Project(Path(root)), on_progress=_ProgressReporter(name), **job)
     except Exception as err:  # noqa: BLE001 - the driver gets the type, message and traceback

@@ -34,10 +34,11 @@ CODE_DEPS = ("folders", "imports")
 DEFAULT_SETTINGS = {
     "profile": "small",          # default profile of `repro run`
     "executor": "threads",       # threads | ray
-    # folders: a stage's code deps are components/<m>, components/common, flows/<m>.py;
-    # imports: only the components/ files the stage imports (switching rewrites every
-    # dvc.yaml with `repro gen`, and DVC then sees every stage's deps as changed once)
-    "code_deps": "folders",
+    # imports: a stage's code deps are the components/ files it imports (transitively) and
+    # flows/<m>.py, so editing one common module stales only the stages that import it;
+    # folders: the whole of components/<m> and components/common. Switching rewrites every
+    # dvc.yaml (`repro gen`), and DVC then sees every stage's deps as changed once.
+    "code_deps": "imports",
 }
 
 

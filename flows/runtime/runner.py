@@ -20,7 +20,10 @@ import subprocess
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from flows.runtime import interrupt, pipeline, workspace
 from flows.runtime.dag import Method, Stage
@@ -241,8 +244,11 @@ def plan_method(project: Project, bridge: DvcBridge, method: Method, profile: st
 
 
 def prune_fanout_leftovers(project: Project, method: Method, params: dict[str, Any]) -> None:
-    """Item folders of a fan-out stage that the current config no longer has (e.g. a seed
-    removed) are deleted so downstream stages never read them; DVC's cache still holds them."""
+    """What a fan-out item that the current config no longer has (e.g. a seed removed) left
+    behind goes: its output folder (so downstream stages never read it), its metrics file (so
+    the scorecard never counts it) and its dvc.lock entry. DVC's cache and run-cache still hold
+    the item, so putting it back restores it instead of running it."""
+    gone: list[str] = []
     for stage in method.stages:
         if not stage.fan_out:
             continue
@@ -252,6 +258,29 @@ def prune_fanout_leftovers(project: Project, method: Method, params: dict[str, A
             for child in folder.iterdir():
                 if child.is_dir() and not child.name.startswith(".") and child.name not in current:
                     shutil.rmtree(child)
+        metrics = project.metrics_file(method.name, stage.name, "-").parent
+        for path in sorted(metrics.glob("*.json")) if metrics.is_dir() else []:
+            if path.stem not in current:
+                path.unlink()
+        gone += [f"{stage.name}@{key}" for key in _locked_items(project, method, stage.name) - current]
+    if gone:
+        _drop_lock_entries(project.method_dir(method.name) / "dvc.lock", gone)
+
+
+def _locked_items(project: Project, method: Method, stage: str) -> set[str]:
+    lock = project.method_dir(method.name) / "dvc.lock"
+    if not lock.is_file():
+        return set()
+    entries = (yaml.safe_load(lock.read_text()) or {}).get("stages", {})
+    return {name.partition("@")[2] for name in entries if name.startswith(f"{stage}@")}
+
+
+def _drop_lock_entries(lock: Path, names: list[str]) -> None:
+    from dvc.utils.serialize import modify_yaml   # DVC's own round-trip editor for its files
+
+    with modify_yaml(lock) as doc:
+        for name in names:
+            doc["stages"].pop(name, None)
 
 
 def git_info(project: Project) -> dict[str, str]:

@@ -10,11 +10,17 @@ instance computes depends on its params and seed only, not on which worker ran i
 beside it.
 
 Workers are spawned (never forked from a driver that holds Prefect's threads), ignore SIGINT
-(the driver decides what an interrupt means), die with the driver (``PR_SET_PDEATHSIG`` on
-Linux) and are killed by ``kill()`` when a run is cancelled.
+(the driver decides what an interrupt means), exit when the driver is gone (a watchdog thread)
+and are killed by ``kill()`` when a run is cancelled. They are not daemonic, so stage code may
+start processes of its own (a DataLoader's workers, a tokenizer pool).
+
+A GPU instance gets a worker of its own whose ``CUDA_VISIBLE_DEVICES`` lists only the devices
+reserved for it (as Ray does for its workers): ``cuda:0`` is its first device, and
+``device_map="auto"`` or DDP see exactly its share.
 """
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 import queue
@@ -48,10 +54,11 @@ def pool(size: int) -> Iterator["WorkerPool"]:
 
 
 class _Worker:
-    def __init__(self, context) -> None:
+    def __init__(self, context, env: dict[str, str] | None = None) -> None:
         self.conn, child = context.Pipe()
-        self.process = context.Process(target=_worker_main, args=(child, os.getpid()), daemon=True,
-                                       name="repro-stage-worker")
+        self.dedicated = env is not None   # started for one instance (its own environment)
+        self.process = context.Process(target=_worker_main, args=(child, os.getpid(), env or {}),
+                                       daemon=False, name="repro-stage-worker")
         self.process.start()
         child.close()
 
@@ -65,14 +72,18 @@ class WorkerPool:
         self._lock = threading.RLock()  # kill() may run in a signal handler
         self._stopped = False
 
-    def _acquire(self) -> _Worker:
+    def _acquire(self, env: dict[str, str] | None = None) -> _Worker:
         with self._lock:
             if self._stopped:
                 raise StageError("Cancelled", "the run was stopped before this stage started")
+            if env is not None:   # beyond the pool's size: GPU slots already bound these
+                worker = _Worker(self._context, env)
+                self._workers.append(worker)
+                return worker
             try:
                 return self._idle.get_nowait()
             except queue.Empty:
-                if len(self._workers) < self.size:  # started on demand: a short plan needs few
+                if sum(not w.dedicated for w in self._workers) < self.size:  # on demand
                     worker = _Worker(self._context)
                     self._workers.append(worker)
                     return worker
@@ -83,10 +94,12 @@ class WorkerPool:
                 if self._stopped:
                     raise StageError("Cancelled", "the run was stopped before this stage started")
 
-    def run(self, job: dict[str, Any], on_progress: Callable[[int, int, str], None] | None) -> dict[str, Any]:
+    def run(self, job: dict[str, Any], on_progress: Callable[[int, int, str], None] | None,
+            env: dict[str, str] | None = None) -> dict[str, Any]:
         """Run ``execute.run_stage(**job)`` in a worker; returns its record as a dict, raises
-        ``StageError`` for the stage's exception (with its traceback text) or a dead worker."""
-        worker = self._acquire()
+        ``StageError`` for the stage's exception (with its traceback text) or a dead worker.
+        With ``env``, in a new worker of its own with those variables set (then closed)."""
+        worker = self._acquire(env)
         try:
             worker.conn.send(job)
             while True:
@@ -117,6 +130,12 @@ class WorkerPool:
                           f"{worker.process.exitcode} (killed, or out of memory?)")
 
     def _release(self, worker: _Worker) -> None:
+        if worker.dedicated:
+            with self._lock:
+                if worker in self._workers:
+                    self._workers.remove(worker)
+            _stop(worker)
+            return
         with self._lock:
             if worker.process.is_alive() and not self._stopped:
                 self._idle.put(worker)
@@ -140,16 +159,20 @@ class WorkerPool:
             self._stopped = True
             workers, self._workers = list(self._workers), []
         for worker in workers:
-            try:
-                worker.conn.send(None)
-            except (OSError, ValueError):
-                pass
-        for worker in workers:
-            worker.process.join(timeout=5)
-            if worker.process.is_alive():
-                worker.process.kill()
-                worker.process.join(timeout=5)
-            worker.conn.close()
+            _stop(worker)
+
+
+def _stop(worker: _Worker) -> None:
+    """Ask the worker to exit; kill it if it does not within a few seconds."""
+    try:
+        worker.conn.send(None)
+    except (OSError, ValueError):
+        pass
+    worker.process.join(timeout=5)
+    if worker.process.is_alive():
+        worker.process.kill()
+        worker.process.join(timeout=5)
+    worker.conn.close()
 
 
 def _exit_when_orphaned(parent: int) -> None:
@@ -166,7 +189,8 @@ def _exit_when_orphaned(parent: int) -> None:
     threading.Thread(target=watch, daemon=True, name="repro-orphan-watch").start()
 
 
-def _worker_main(conn, parent: int) -> None:
+def _worker_main(conn, parent: int, env: dict[str, str]) -> None:
+    os.environ.update(env)   # before anything initialises CUDA
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _exit_when_orphaned(parent)
     from pathlib import Path
@@ -193,9 +217,42 @@ def _worker_main(conn, parent: int) -> None:
             conn.send(("error", StageError.from_exception(err)))
 
 
-# --- GPUs under the local executor: one GPU stage per visible device at a time --------------
+# --- GPUs under the local executor ----------------------------------------------------------
+# Each visible device has a capacity of 1. A stage declaring n >= 1 GPUs takes ceil(n) whole
+# devices; one declaring a fraction shares a device with others whose fractions fit (Ray's rule).
 _gpu_lock = threading.Lock()
-_gpus: "tuple[int, queue.SimpleQueue[int]] | None" = None  # (devices visible, free device ids)
+_ledger: "_GpuLedger | None" = None
+
+
+class _GpuLedger:
+    def __init__(self, devices: int):
+        self.free = [1.0] * devices
+        self.changed = threading.Condition()
+
+    def _fit(self, num_gpus: float) -> list[int] | None:
+        if num_gpus >= 1:
+            whole = [i for i, free in enumerate(self.free) if free >= 1.0]
+            need = math.ceil(num_gpus)
+            return whole[:need] if len(whole) >= need else None
+        return next(([i] for i, free in enumerate(self.free) if free >= num_gpus - 1e-9), None)
+
+    def take(self, num_gpus: float) -> tuple[list[int], float]:
+        if math.ceil(num_gpus) > len(self.free):
+            raise StageError("NotEnoughGPUs", f"the stage declares {num_gpus:g} GPU(s) but "
+                             f"{len(self.free)} are visible (CUDA_VISIBLE_DEVICES)")
+        share = 1.0 if num_gpus >= 1 else num_gpus
+        with self.changed:
+            while (devices := self._fit(num_gpus)) is None:
+                self.changed.wait(timeout=0.5)
+            for i in devices:
+                self.free[i] -= share
+        return devices, share
+
+    def give(self, devices: list[int], share: float) -> None:
+        with self.changed:
+            for i in devices:
+                self.free[i] += share
+            self.changed.notify_all()
 
 
 def _visible_gpus() -> int:
@@ -206,32 +263,29 @@ def _visible_gpus() -> int:
 
 
 @contextmanager
-def gpu_slot(num_gpus: float, count: Callable[[], int] = _visible_gpus) -> Iterator[int | None]:
-    """Reserve a device for a stage that declares GPUs: yields its index, waiting while every
-    device is taken. With no GPU visible (or a CPU stage) yields None and the stage runs on CPU."""
-    global _gpus
+def gpu_slot(num_gpus: float, count: Callable[[], int] | None = None) -> Iterator[list[int] | None]:
+    """Reserve devices for a stage that declares GPUs: yields their indices, waiting while they
+    are taken. With no GPU visible (or a CPU stage) yields None and the stage runs on CPU."""
+    global _ledger
     if num_gpus <= 0:
         yield None
         return
     with _gpu_lock:
-        if _gpus is None:
-            free: queue.SimpleQueue[int] = queue.SimpleQueue()
-            for index in range(count()):
-                free.put(index)
-            _gpus = (free.qsize(), free)
-        total, free = _gpus
-    if total == 0:
+        if _ledger is None:
+            _ledger = _GpuLedger((count or _visible_gpus)())
+        ledger = _ledger
+    if not ledger.free:
         yield None
         return
-    device = free.get()
+    devices, share = ledger.take(num_gpus)
     try:
-        yield device
+        yield devices
     finally:
-        free.put(device)
+        ledger.give(devices, share)
 
 
 def reset_gpu_slots() -> None:
     """Forget the counted devices (tests)."""
-    global _gpus
+    global _ledger
     with _gpu_lock:
-        _gpus = None
+        _ledger = None

@@ -5,6 +5,7 @@ import torch
 
 from components.artist import rewards as R
 from components.artist import tasks as T
+from components.common.rl import group_advantages
 from components.artist.views import (action_windows, area_resample, build_all_views, build_views,
                                      evidence_actions, fraction_read)
 
@@ -103,15 +104,17 @@ def test_localize_evidence_is_in_the_answer_quarter_and_carries_the_burst():
         (s, e), = ex["evidence"]
         assert s // (N // 4) == ex["answer"] and (e - 1) // (N // 4) == ex["answer"]
         x = ex["series"]
+        assert 1 <= len(ex["decoys"]) <= 3          # always a look-alike to tell apart
         for d0, d1 in ex["decoys"]:
             assert _hf(x[s:e]) > _hf(x[d0:d1])
+            assert d0 // (N // 4) != ex["answer"]    # decoys sit in other quarters
 
 
 def test_compare_answer_matches_burst_strength():
     for ex in _gen("compare"):
         (s0, e0), (s1, e1) = ex["evidence"]
         w = N // 16
-        assert [s0 // w, s1 // w] == ex["args"]
+        assert [s0 // w, s1 // w] == ex["args"] and ex["args"][0] < ex["args"][1]   # named in time order
         stronger_first = _hf(ex["series"][s0:e0]) > _hf(ex["series"][s1:e1])
         assert stronger_first == (ex["answer"] == 0)
 
@@ -169,6 +172,68 @@ def test_evidence_actions_and_traces():
     assert all(synthesise_trace(e["evidence"], [], 32, NF, 4, 1.0, rng) == [] for e in short)
 
 
+def test_sft_traces_visit_every_candidate_so_geometry_gives_nothing_away():
+    """Bug fix (issue 45): traces held only the evidence window, so the windows visited gave the
+    localisation answer away. Now they visit the real event and every decoy, in random order."""
+    from components.artist.train import geometry_determined_share, synthesise_trace
+    from components.artist.views import candidate_actions
+
+    rng = np.random.default_rng(0)
+    exs = _gen("localize", k=40)
+    orders = set()
+    for ex in exs:
+        tr = synthesise_trace(ex["evidence"], ex["decoys"], N, NF, 4, 0.0, rng)
+        cands = candidate_actions(ex["evidence"], ex["decoys"], N, NF)
+        assert sorted(tr) == cands and len(cands) >= 2
+        orders.add(tr.index(evidence_actions(ex["evidence"], N, NF)[0]))
+    assert len(orders) >= 2                      # the real event is not always first
+    assert geometry_determined_share(["localize"] * len(exs), [e["evidence"] for e in exs],
+                                     [e["decoys"] for e in exs], [N] * len(exs), NF, NQ) == 0.0
+
+
+def test_oracle_windows_include_the_decoys():
+    from components.artist.policy import oracle_actions
+
+    exs = _gen("localize", k=8)
+    ts = _taskset([e["series"] for e in exs])
+    ts.evidence, ts.decoys = [e["evidence"] for e in exs], [e["decoys"] for e in exs]
+    acts = oracle_actions(ts, NF, 4)
+    for row, ex in zip(acts.tolist(), exs):
+        assert [a for a in row if a >= 0] == sorted(evidence_actions(ex["evidence"] + ex["decoys"], N, NF))
+
+
+def test_coarse_view_points_at_the_candidate_bumps():
+    """Premise P2's measurement: at ~2 sigma the matched filter on the coarse view finds the
+    candidate windows far above chance; at the old 0.8 sigma much less so."""
+    from components.artist.views import candidate_actions, coarse_candidate_precision, coarse_view
+
+    def precision(amp):
+        rng = np.random.default_rng(5)
+        out = []
+        for _ in range(60):
+            ex = T.make_example("count", rng, 1024, 32, 0.5, 0.3, amp)
+            cands = candidate_actions(ex["evidence"], ex["decoys"], 1024, NF)
+            out.append(coarse_candidate_precision(coarse_view(ex["series"], 128), cands, NF, 32 / 8))
+        return np.mean(out)
+
+    strong, weak = precision(2.0), precision(0.8)
+    assert strong >= 0.65 and strong > weak + 0.1      # chance is 4 / 16 = 0.25
+
+
+def test_premises_take_the_worst_zoom_family_and_average_seeds():
+    from components.artist.report import premises
+
+    sft = [{"val_oracle_acc_localize": 0.95, "val_oracle_acc_compare": 0.85, "val_oracle_acc_count": 0.9,
+            "val_oracle_acc_rhythm": 0.2},
+           {"val_oracle_acc_localize": 0.93, "val_oracle_acc_compare": 0.97, "val_oracle_acc_count": 0.91,
+            "val_oracle_acc_rhythm": 0.2}]
+    out = premises(sft, {"val_coarse_candidate_precision": 0.7, "val_coarse_chance": 0.2,
+                         "geometry_determined_share": 0.0}, ["localize", "compare", "count", "rhythm"])
+    assert out["P1_per_seed"] == [0.85, 0.91]              # rhythm is not a zoom family
+    assert out["P1_val_oracle_acc_worst"] == pytest.approx(0.88)
+    assert out["P2_val_coarse_candidate_precision"] == 0.7
+
+
 # ------------------------------------------------------------------ rewards
 CALL = '<think>t</think><tool_call>{"name": "timeseries_zoom_in_tool", "arguments": {"ts_seg": [%d, %d]}}</tool_call>'
 
@@ -200,13 +265,26 @@ def test_rewards_stay_in_range_on_fixed_cases():
     np.testing.assert_allclose(R.reasoner_reward(np.array([0, 1])), [1.0, 4.0])
 
 
-def test_group_advantages_sum_to_zero_and_rloo_baseline():
+def test_exploration_bonus_anneals_within_the_run():
+    """Bug fix (issue 45): the bonus annealed over 300 steps in a 200-iteration run, so it was
+    still paid at the end. It now reaches 0 inside every profile's run."""
+    from components.artist.config import ArtistConfig
+    from components.artist.train import explore_anneal_steps
+
+    for profile in ({}, ArtistConfig.SMOKE):
+        d = ArtistConfig().model_dump()
+        for k, v in profile.items():
+            d[k] = {**d[k], **v} if isinstance(v, dict) else v
+        rl = ArtistConfig.model_validate(d).rl
+        anneal = explore_anneal_steps(rl)
+        assert anneal < rl.iterations
+        assert R.exploration_bonus(3, rl.iterations - 1, rl.w_explore, anneal, 2, 4) == 0.0
+        assert R.exploration_bonus(3, 0, rl.w_explore, anneal, 2, 4) == rl.w_explore
+
+
+def test_global_normalise_centres_group_advantages():
     r = torch.tensor([[1.0, 2.0, 4.0, 7.0], [0.0, 0.0, 0.0, 0.0]])
-    for kind in ("grpo", "rloo"):
-        torch.testing.assert_close(R.group_advantages(r, kind).sum(1), torch.zeros(2), atol=1e-5, rtol=0)
-    rloo = R.group_advantages(r, "rloo")
-    assert rloo[0, 0] == pytest.approx(1.0 - (2 + 4 + 7) / 3)
-    g = R.global_normalise(R.group_advantages(r, "grpo"))
+    g = R.global_normalise(group_advantages(r, "grpo"))
     assert abs(float(g.mean())) < 1e-6
 
 
@@ -255,3 +333,21 @@ def test_masked_kl_is_zero_for_equal_policies_and_has_finite_gradients():
     assert float(kl) == pytest.approx(0.0, abs=1e-6)
     (masked_kl(logits, ref + torch.tensor([[1.0, 0, 0, 0, 0]]))).sum().backward()
     assert torch.isfinite(logits.grad).all()
+
+
+def test_pointer_head_maps_each_coarse_token_to_the_windows_it_covers():
+    """Coarse token q (of 4) scores fine windows 4q..4q+3 and quarter q; STOP gets nothing."""
+    from components.artist.model import ArtistPolicy
+    from components.artist.policy import forward_state
+
+    model = ArtistPolicy(n_actions=NF + NQ, budget=B, max_views=5, patch=B // 4, n_fine=NF, n_quarters=NQ).eval()
+    with torch.no_grad():
+        model.controller_head.weight.zero_()
+        model.controller_head.bias.zero_()
+    q = torch.arange(4.0)[:, None]
+    marks = torch.cat([10 * q + torch.arange(4.0)[None], 10 * q + 4], dim=1)        # (4 tokens, 5)
+    model.pointer.register_forward_hook(lambda m, i, o: marks.expand_as(o))
+    tasks = _taskset(np.random.default_rng(0).normal(size=(2, 1024)))
+    ctrl, _ = forward_state(model, tasks, torch.arange(2), torch.full((2, 4), -1, dtype=torch.long))
+    expect = [10 * (w // 4) + w % 4 for w in range(NF)] + [10 * k + 4 for k in range(NQ)] + [0]
+    torch.testing.assert_close(ctrl, torch.tensor([expect] * 2, dtype=torch.float32))

@@ -22,6 +22,9 @@ def run_chain(cfg: DomedConfig, root: Path, log=print, premise_only: bool = Fals
     def fan(stage):
         return {k: root / f"{stage}@{k}" for k in keys}
 
+    def own(stage, key):   # an item_deps input: this instance's item folder
+        return root / f"{stage}@{key}"
+
     def run(stage, func, inputs, item=None, key=None):
         ctx = LocalContext(out_dir=root / (f"{stage}@{key}" if key else stage), inputs=inputs, item=item or {})
         t0 = time.time()
@@ -30,20 +33,20 @@ def run_chain(cfg: DomedConfig, root: Path, log=print, premise_only: bool = Fals
         return ctx
 
     run("build_domains", data.build_domains_stage, {})
-    run("allocate", allocation.allocate_stage, {})
+    run("allocate", allocation.allocate_stage, {"build_domains": root / "build_domains"})
     base = {"build_domains": root / "build_domains", "allocate": root / "allocate"}
     summaries = {}
     for item, key in zip(instances, keys):
         run("train_teachers", train.train_teachers_stage, base, item, key)
         run("train_erm", train.train_erm_stage, base, item, key)
         summaries[key] = run("teacher_predict", train.teacher_predict_stage,
-                             {**base, "train_teachers": fan("train_teachers"), "train_erm": fan("train_erm")},
+                             {**base, "train_teachers": own("train_teachers", key), "train_erm": own("train_erm", key)},
                              item, key).summary
         if not premise_only:
-            run("train_student", train.train_student_stage, {**base, "teacher_predict": fan("teacher_predict")},
+            run("train_student", train.train_student_stage, {**base, "teacher_predict": own("teacher_predict", key)},
                 item, key)
             run("evaluate", evaluate.evaluate_stage,
-                {**base, "train_erm": fan("train_erm"), "train_student": fan("train_student")}, item, key)
+                {**base, "train_erm": own("train_erm", key), "train_student": own("train_student", key)}, item, key)
         log(f"{key} done; stage seconds so far {timings}")
     if premise_only:
         return {"teacher_predict": summaries, "timings": timings}

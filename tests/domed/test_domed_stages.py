@@ -1,5 +1,7 @@
 """Stage functions run directly with LocalContext: data layout, the shortcut's construction
 and test-domain isolation."""
+import shutil
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -86,22 +88,23 @@ def _poison_test_domain(built, root):
         table.loc[test_rows, "x"] = pd.Series([np.full(width, np.nan, dtype=np.float32)] * int(test_rows.sum()),
                                               index=table.index[test_rows])
         write_table(root / data.table_name(benchmark), table)
+        shutil.copy(built / data.names_file(benchmark), root / data.names_file(benchmark))
     return root
 
 
 def test_no_test_domain_data_reaches_training_or_selection(built, cfg, tmp_path):
     poisoned = _poison_test_domain(built, tmp_path / "build_domains")
     item = {"benchmark": "spurious_digits", "seed": 0}
-    key = train.instance_key("spurious_digits", 0)
-    allocation.allocate_stage(declared(cfg, "allocate"), LocalContext(out_dir=tmp_path / "allocate"))
+    allocation.allocate_stage(declared(cfg, "allocate"), LocalContext(out_dir=tmp_path / "allocate",
+                                                                      inputs={"build_domains": poisoned}))
     base = {"build_domains": poisoned, "allocate": tmp_path / "allocate"}
     ctxs = {}
     for name, func, extra in [
         ("train_teachers", train.train_teachers_stage, {}),
         ("train_erm", train.train_erm_stage, {}),
         ("teacher_predict", train.teacher_predict_stage,
-         {"train_teachers": {key: tmp_path / "train_teachers"}, "train_erm": {key: tmp_path / "train_erm"}}),
-        ("train_student", train.train_student_stage, {"teacher_predict": {key: tmp_path / "teacher_predict"}}),
+         {"train_teachers": tmp_path / "train_teachers", "train_erm": tmp_path / "train_erm"}),   # item_deps
+        ("train_student", train.train_student_stage, {"teacher_predict": tmp_path / "teacher_predict"}),
     ]:
         ctxs[name] = LocalContext(out_dir=tmp_path / name, inputs={**base, **extra}, item=item)
         func(declared(cfg, name), ctxs[name])
@@ -152,3 +155,26 @@ def test_digit_noise_leaves_the_shortcut_ring_dark(cfg):
     assert (noisy["x"][:, ring] == 0).all()
     assert not np.allclose(clean["x"], noisy["x"]) and (noisy["x"] >= 0).all() and (noisy["x"] <= 1).all()
     np.testing.assert_array_equal(clean["shortcut"], noisy["shortcut"])
+
+
+def test_premise_ratio_is_undefined_not_a_crash_when_a_teacher_misses_all_its_validation_rows():
+    # paper-shape runs train random tiny ResNets for a few steps: 0 % own-domain validation
+    # accuracy happened, and the ratio divided by zero (teacher_predict failed)
+    logits = torch.tensor([[[0.0, 5.0]], [[5.0, 0.0]]])      # one teacher: its val row wrong, unseen row right
+    labels = torch.tensor([0, 0])
+    mask, is_val = torch.tensor([[False], [True]]), torch.tensor([True, False])
+    out = train.teacher_diagnostics(logits, mask, labels, is_val)
+    assert out["teacher_acc_seen_val"] == 0.0 and out["teacher_acc_unseen"] == 1.0
+    assert np.isnan(out["premise_acc_ratio"])
+
+
+def test_domain_batches_take_the_same_number_of_rows_from_every_domain():
+    domains = np.array([0] * 7 + [2] * 5 + [3] * 9)
+    stream = train.domain_batches(domains, per_domain=3, seed=0)
+    batches = [next(stream) for _ in range(6)]
+    for batch in batches:
+        assert np.bincount(domains[batch.numpy()], minlength=4).tolist() == [3, 0, 3, 3]
+    again = train.domain_batches(domains, per_domain=3, seed=0)
+    assert all(torch.equal(b, next(again)) for b in batches)                 # seeded
+    with pytest.raises(ValueError, match="domain 2 has 5 training rows"):
+        next(train.domain_batches(domains, per_domain=6, seed=0))

@@ -1,5 +1,5 @@
 """Unit tests of the orbit science: HealthBench scoring, judges, GRPO pieces, the curriculum,
-rubric validation, the policy's cached decoding, data splits and the paper-profile loaders."""
+rubric validation, the Qwen3 policy's statement tokens, data splits and the paper-profile loaders."""
 import json
 
 import numpy as np
@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from components.orbit import healthbench as hb
-from components.orbit.grpo import (CurriculumState, clipped_token_mean_loss, group_advantages,
-                                   overlong_penalty, success_matrix)
+from components.orbit.grpo import (Case, CurriculumState, RewardSettings, RubricReward, StochasticReviewState,
+                                   group_advantages, overlong_penalty, success_matrix)
 from components.orbit.ontology import (CONDITIONS, PHRASES, generic_rubric, parse_response, reference_rubric,
                                        render_response)
 from components.orbit.rubrics import TemplateGenerator, extract_context, validate_item, validate_rubric
@@ -146,19 +146,6 @@ def test_group_advantages_zero_mean_and_constant_groups_dropped():
     assert torch.all(adv[1] == 0)
 
 
-def test_clipped_token_mean_loss_hand_computed():
-    old = torch.zeros(2, 3)
-    new = torch.log(torch.tensor([[1.5, 1.0, 1.1], [0.5, 1.0, 1.0]]))
-    adv = torch.tensor([1.0, -1.0])
-    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
-    loss, info = clipped_token_mean_loss(new, old, adv, mask, 0.2, 0.28)
-    # seq 1 (A=+1): ratio 1.5 -> min(1.5, 1.28) = 1.28; ratio 1.0 -> 1.0; third token masked
-    # seq 2 (A=-1): ratio 0.5 -> -min(-0.5, -0.8) = 0.8 (the clip at 1 - 0.2 binds)
-    expected = (-1.28 - 1.0 + 0.8) / 3
-    assert float(loss) == pytest.approx(expected, abs=1e-6)
-    assert info["clip_frac"] == pytest.approx(2 / 3)
-
-
 def test_overlong_penalty():
     assert overlong_penalty(7, 10, 3) == 0.0
     assert overlong_penalty(8, 10, 3) == pytest.approx(-1 / 3)
@@ -194,6 +181,43 @@ def test_success_signal_flips_for_negative_items():
     met = np.array([[True, True], [False, False]])
     s = success_matrix(met, np.array([5.0, -5.0]))
     assert s.tolist() == [[1.0, 0.0], [0.0, 1.0]]
+
+
+def test_stochastic_review_starts_from_filter_rates_reviews_mastered_and_weights_by_ema():
+    import random
+
+    c = StochasticReviewState(order=[2, 0, 1, 3, 4], init_ema={0: 0.95, 1: 0.5, 2: 0.0, 3: 0.2, 4: 0.1},
+                              window=4, alpha=0.5, mastery=0.9, review_ratio=0.5, min_weight=0.2)
+    assert c.ema[0] == 0.95                                # starts at the difficulty-filter success rate
+    rng = random.Random(0)
+    assert c.window_items(rng) == [2, 0, 1, 3]             # no gate: a full window in order
+    assert c.window_items(rng)[:3] == [2, 1, 3] and c.mastered == [0]
+    # 0 (mastered) is reviewed: 3 unfinished active + 1 review slot (<= 0.5 * 4)
+    assert sorted(c.window_items(rng)) == [0, 1, 2, 3]
+    ema0 = c.ema[0]
+    r = c.score_rollout(np.array([1.0, 0.0]), [0, 2])
+    w0, w2 = 0.2 + 0.8 * (1 - (0.5 * ema0 + 0.5)), 0.2 + 0.8 * 1.0   # EMA updated before weighting
+    assert r == pytest.approx(w0 / (w0 + w2))
+    assert c.ema[2] == 0.0 and c.ema[0] == pytest.approx(0.5 * ema0 + 0.5)
+
+
+def test_reward_keeps_curricula_across_calls_and_groups_by_case():
+    items = [_item(10, {"any": ["empathy"]}), _item(-5, {"any": ["emergency"]})]
+    cases = [Case([], items, [1, 0], [0.95, 0.1]), Case([], items, [0, 1], [0.2, 0.2])]
+    parse = lambda text: text.split()                     # noqa: E731
+    reward = RubricReward(cases, RewardSettings(curriculum="stochastic_review", review_window=2,
+                                                overlong_buffer=0), seed=0, parse=parse)
+    comps = ["empathy", "emergency", "empathy", ""]
+    out = reward(None, comps, case_index=[0, 1, 0, 1], completion_ids=[[1]] * 4)
+    assert len(out) == 4 and len(reward.records) == 1
+    # case 1, window [0, 1]: "emergency" fails both items, "" meets the negative one only
+    assert out[1] == 0.0 and 0 < out[3] < 1
+    ema_after = dict(reward.curricula[0].ema)
+    reward(None, comps, case_index=[0, 1, 0, 1], completion_ids=[[1]] * 4)
+    assert reward.curricula[0].ema != ema_after           # the state persists across steps
+    plain = RubricReward(cases, RewardSettings(overlong_buffer=3, max_response=10), seed=0, parse=parse)
+    out = plain(None, ["empathy"] * 2, case_index=[0, 0], completion_ids=[[1] * 7, [1] * 10])
+    assert out == pytest.approx([1.0, 0.0])               # HealthBench score + DAPO overlong penalty
 
 
 # ---------------------------------------------------------------- rubric validation and generation
@@ -262,25 +286,37 @@ def test_reference_rubric_is_case_conditioned():
 
 
 # ---------------------------------------------------------------- policy and data
-def test_cached_decoding_matches_the_full_forward():
-    from components.orbit.policy import EOS, Vocab, build_policy, response_mask
+def test_statement_tokens_round_trip_and_other_words_are_ignored():
+    from components.orbit.lm_policy import render, statement_token, statements_of
 
-    torch.manual_seed(0)
-    policy = build_policy(Vocab(["a", "b", "c"]), dict(d_model=32, n_layers=2, n_heads=4, prompt_len=12,
-                                                          max_response=6))
-    x = torch.randint(5, len(policy.vocab), (3, 12))
-    resp = policy.sample(x, 1.0, torch.Generator().manual_seed(1), n=4)
-    assert resp.shape == (12, 6)
-    full = policy.token_logprobs(x.repeat_interleave(4, 0), resp)
-    cached = policy.group_logprobs(x, resp, 4)
-    assert torch.allclose(full, cached, atol=1e-5)
-    # greedy cached decoding picks the argmax of the full forward at every position
-    greedy = policy.sample(x[:1], 0.0)
-    seq = torch.cat([x[:1], greedy], 1)
-    logits = policy.response_logits(seq)[0, 11:-1]
-    m = response_mask(greedy)[0].bool()
-    assert torch.equal(logits.argmax(-1)[m], greedy[0][m])
-    assert response_mask(torch.tensor([[7, EOS, EOS]])).tolist() == [[1.0, 1.0, 0.0]]
+    ids = ["empathy", "advice:migraine", "emergency"]
+    text = " ".join(statement_token(p) for p in ids + ["empathy"])
+    assert statements_of("fever " + text + " cough") == ids          # in order, each once
+    assert parse_response(render(ids)) == ids
+
+
+def test_tiny_qwen3_policy_saves_loads_and_samples_reproducibly(tmp_path):
+    from components.orbit.base import base_policy, sft_batch
+    from components.orbit.config import OrbitConfig
+    from components.orbit.lm_policy import load_lm_policy, rollouts
+    from components.orbit.ontology import build_case_rows
+
+    rows = build_case_rows(6, 0, "train", dict(p_red_flag=0.3, p_missing_duration=0.5, p_pregnant=0.3,
+                                               p_clinician=0.2, p_low_resource=0.2, p_truncate_first=0.2))
+    prompts = [json.loads(r["prompt"]) for r in rows]
+    p = OrbitConfig.for_profile("smoke").policy
+    policy = base_policy(p, prompts, prompts)
+    assert type(policy.model).__name__ == "Qwen3ForCausalLM"
+    ids = policy.prompt_ids(prompts[0])
+    assert policy.tokenizer.unk_token_id not in ids                  # the vocabulary covers the dialogue
+    x, attn, labels = sft_batch(policy, [ids, ids[:5]], [policy.reply_ids(["empathy"])] * 2)
+    assert (labels[0] != -100).sum() == 2 and labels[0, len(ids)] == policy.reply_ids(["empathy"])[0]
+    assert attn.sum(1).tolist() == [len(ids) + 2, 7]
+    policy.save(tmp_path / "p")
+    again = load_lm_policy(tmp_path / "p")
+    a = rollouts(policy, prompts, 2, 1.0, seed=3)
+    b = rollouts(again, prompts, 2, 1.0, seed=3)
+    assert a == b and len(a) == 6 and all(len(r) == 2 for r in a)
 
 
 def test_responses_round_trip_through_the_parser():

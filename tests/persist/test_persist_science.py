@@ -306,7 +306,7 @@ def test_models_shapes(profile):
            torch.randn(b, 3, f, f), torch.randn(b, 6, f // 4, f // 4), torch.rand(b), torch.zeros(b))
     assert v.shape == (2, m, *g)
     for variant in ("persist", "baseline"):
-        pm = build_pixel_model(cfg.pixel_model, variant)
+        pm = build_pixel_model(cfg.pixel_model, variant, cfg.world.frame)
         k = cfg.pixel_model.persist_context if variant == "persist" else cfg.pixel_model.baseline_context
         cin = pm.inp.in_channels - 3
         out = pm(torch.randn(b, 3, f, f), torch.rand(b), torch.randn(b, cin, f, f), torch.zeros(b, k, dtype=torch.long))

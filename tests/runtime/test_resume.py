@@ -133,6 +133,12 @@ def test_seed_added_runs_only_new_item(toy):
     fewer = run_in_temp_project(M, toy.root, overrides={"seeds": [0]})
     assert fewer.executed == ["total"]
     assert fewer.metrics(M, "total")["n_parts"] == 1      # the dropped seeds are not read
+    # regression: their dvc.lock entries and metrics files stayed, and the scorecard read them
+    lock = yaml.safe_load((toy.method_dir(M) / "dvc.lock").read_text())["stages"]
+    assert sorted(lock) == ["make_data", "square@0", "total"]
+    assert [p.name for p in (toy.method_dir(M) / "metrics" / "square").glob("*.json")] == ["0.json"]
+    back = run_in_temp_project(M, toy.root, overrides={"seeds": [0, 1]})
+    assert sorted(back.outcomes[0].restored) == ["square@1"]   # from DVC's run-cache, not re-run
 
 
 def test_kill_9_mid_stage_leaves_nothing_finished(toy):

@@ -3,10 +3,12 @@
 make_data -> square (fan-out over seeds) -> total. Failures and slow stages are injected
 through environment variables (not params, so a re-run sees identical params):
 ``TOY_FAIL_ON=<stage>`` makes that stage raise, ``TOY_SLEEP_ON=<stage>`` with
-``TOY_SLEEP_S`` slows it down.
+``TOY_SLEEP_S`` slows it down; ``TOY_CHILD_ON=<stage>`` makes it start a process of its own;
+``TOY_REPORT_ENV=<VAR>`` puts that variable's value in make_data's metrics.
 """
 from __future__ import annotations
 
+import multiprocessing
 import os
 import time
 from typing import ClassVar
@@ -33,12 +35,19 @@ def _injected(name: str) -> None:
         time.sleep(float(os.environ.get("TOY_SLEEP_S", "5")))
     if os.environ.get("TOY_FAIL_ON") == name:
         raise RuntimeError(f"injected failure in {name}")
+    if os.environ.get("TOY_CHILD_ON") == name:   # as a DataLoader with workers does
+        child = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(0.01,))
+        child.start()
+        child.join()
+        if child.exitcode != 0:
+            raise RuntimeError(f"{name}'s child process exited with {child.exitcode}")
 
 
 def make_data(cfg, ctx):
     _injected("make_data")
     write_json_atomic(ctx.out_dir / "data.json", list(range(cfg.data.n)))
-    ctx.write_metrics({"n": cfg.data.n})
+    reported = {"env": os.environ.get(os.environ["TOY_REPORT_ENV"], "")} if "TOY_REPORT_ENV" in os.environ else {}
+    ctx.write_metrics({"n": cfg.data.n, **reported})
 
 
 def square(cfg, ctx):
