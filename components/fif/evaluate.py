@@ -10,6 +10,7 @@ import numpy as np
 from components.common.io import read_table, write_json_atomic, write_table
 
 KS = (1, 2, 5, 10)
+COST_COLUMNS = ("tokens_in", "tokens_out", "usd")
 
 
 def recall_at(ranked: list[int], relevant: set[int], k: int) -> float:
@@ -53,9 +54,13 @@ def score_runs(runs: dict, qrels: dict[str, set[int]]) -> dict[str, dict[str, fl
     n = len(runs["qid"])
     traces = runs.get("trace", ["[]"] * n)
     near = runs.get("near_misses", [0] * n)
-    for m, qid, ranked, calls, tokens, lat, tr, nm in zip(runs["method"], runs["qid"], runs["ranked"], runs["calls"],
-                                                           runs["tokens"], runs["latency_s"], traces, near):
+    cost = [k for k in COST_COLUMNS if k in runs]  # an endpoint reader's token split and $
+    for i, (m, qid, ranked, calls, tokens, lat, tr, nm) in enumerate(zip(
+            runs["method"], runs["qid"], runs["ranked"], runs["calls"], runs["tokens"], runs["latency_s"],
+            traces, near)):
         rel = qrels[qid]
+        for key in cost:
+            acc[m][key].append(runs[key][i])
         for key, v in firing_counts(json.loads(tr) if isinstance(tr, str) else tr).items():
             acc[m][key].append(100 * v if key == "backtracked" else v)
         acc[m]["near_misses"].append(nm)
@@ -91,8 +96,15 @@ def criteria(mean: dict[str, dict[str, float]], per_seed: list[dict]) -> dict[st
 def _score_seed(ctx, seed: int) -> dict[str, dict[str, float]]:
     runs = read_table(ctx.inputs["retrieve"][str(seed)] / "runs.parquet").to_pydict()
     qrels_t = read_table(ctx.inputs["build_corpus"][str(seed)] / "qrels.parquet").to_pydict()
-    qrels = {q: {int(c)} for q, c in zip(qrels_t["qid"], qrels_t["comp_id"])}
-    return score_runs(runs, qrels)
+    return score_runs(runs, qrels_by_query(qrels_t))
+
+
+def qrels_by_query(qrels_t: dict) -> dict[str, set[int]]:
+    """Every relevant component of a query (a benchmark may list several; R@k needs one)."""
+    out: dict[str, set[int]] = {}
+    for q, c in zip(qrels_t["qid"], qrels_t["comp_id"]):
+        out.setdefault(q, set()).add(int(c))
+    return out
 
 
 def premise(dev: list[dict]) -> dict[str, float]:
@@ -120,8 +132,12 @@ def evaluate_stage(cfg, ctx) -> None:
                                                      "criteria": crit})
     _plot(ctx.out_dir / "recall_vs_tokens.png", mean)
     ctx.log_artifact(ctx.out_dir / "recall_vs_tokens.png")
-    flat = {f"{m}/{k}": v for m, d in mean.items() for k, v in d.items() if k in ("R@10", "MRR@10", "calls", "tokens", "backtracks", "escalations", "widenings", "near_misses")}
+    flat = {f"{m}/{k}": v for m, d in mean.items() for k, v in d.items() if k in FLAT_KEYS}
     ctx.write_metrics({**flat, **crit})
+
+
+FLAT_KEYS = ("R@10", "MRR@10", "calls", "tokens", "backtracks", "escalations", "widenings", "near_misses",
+             *COST_COLUMNS)
 
 
 def _plot(path, mean) -> None:

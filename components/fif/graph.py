@@ -19,19 +19,37 @@ def split_subcomponents(kind: str, text: str) -> list[str]:
     return [f"{head} | {p}" for p in parts]
 
 
+def _given_subcomponents(corpus_dir) -> dict[int, list[str]] | None:
+    """V2 nodes a parsed benchmark ships (sentences, table segments, visual-object tags), by
+    component; None for SynthWiki, whose subcomponents are split from the component text."""
+    path = corpus_dir / "subcomponents.parquet"
+    if not path.is_file():
+        return None
+    out: dict[int, list[str]] = {}
+    table = read_table(path).to_pydict()
+    for c, t in zip(table["comp_id"], table["text"]):
+        out.setdefault(int(c), []).append(t)
+    return out
+
+
 def build_graph_stage(cfg, ctx) -> None:
     seed = str(ctx.item["seed"])
     corpus_dir = ctx.inputs["build_corpus"][seed]
     docs = read_table(corpus_dir / "docs.parquet").to_pydict()
     comps = read_table(corpus_dir / "components.parquet").to_pydict()
-    layer, doc_id, comp_id, text = [], [], [], []
+    subs = _given_subcomponents(corpus_dir)
+    layer, doc_id, comp_id, text, image = [], [], [], [], []
+    images = comps.get("image", [""] * len(comps["comp_id"]))  # a local benchmark's image files
     for d, summary in zip(docs["doc_id"], docs["summary"]):
-        layer.append(0), doc_id.append(d), comp_id.append(-1), text.append(summary)
-    for c, d, kind, t in zip(comps["comp_id"], comps["doc_id"], comps["kind"], comps["text"]):
-        layer.append(1), doc_id.append(d), comp_id.append(c), text.append(t)
-        for sub in split_subcomponents(kind, t):
-            layer.append(2), doc_id.append(d), comp_id.append(c), text.append(sub)
-    write_table(ctx.out_dir / "nodes.parquet", {"layer": layer, "doc_id": doc_id, "comp_id": comp_id, "text": text})
+        layer.append(0), doc_id.append(d), comp_id.append(-1), text.append(summary), image.append("")
+    for c, d, kind, t, img in zip(comps["comp_id"], comps["doc_id"], comps["kind"], comps["text"], images):
+        layer.append(1), doc_id.append(d), comp_id.append(c), text.append(t), image.append(img)
+        for sub in subs.get(c, []) if subs is not None else split_subcomponents(kind, t):
+            layer.append(2), doc_id.append(d), comp_id.append(c), text.append(sub), image.append("")
+    nodes = {"layer": layer, "doc_id": doc_id, "comp_id": comp_id, "text": text}
+    if "image" in comps:
+        nodes["image"] = image
+    write_table(ctx.out_dir / "nodes.parquet", nodes)
     src = [c for c, links in zip(comps["comp_id"], comps["links"]) for _ in links]
     dst = [d for links in comps["links"] for d in links]
     write_table(ctx.out_dir / "nav_edges.parquet", {"comp_id": src, "doc_id": dst})

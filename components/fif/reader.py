@@ -122,7 +122,13 @@ class Reader:
         a, b = self.encode([strip_exclusions(subquery), sentence])
         return float(a @ b) >= self.nearmiss_sim
 
+    def select_docs(self, subquery: str, titles: list[str], summaries: list[str]) -> list[int]:
+        """Document-level LLM reasoning: keep the pages the subquery names (charged like a rerank)."""
+        self.rerank_charge(subquery, summaries)
+        return [i for i, t in enumerate(titles) if t in subquery]
+
     def rerank_charge(self, query: str, texts: list[str]) -> None:
+        """The STOP reranker's cost; the offline reader keeps the retriever's order (None)."""
         self._charge("rerank", query + "\n" + "\n".join(texts))
 
 

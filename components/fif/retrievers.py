@@ -83,8 +83,8 @@ def traverse(cx: Ctx, q: str, anchors: list[int] | None, tau: tuple, excl_docs: 
     docs = sorted(cand, key=lambda d: (d not in first, -doc_s[d]))
     if llm == "both":  # the LLM reads the doc shortlist and keeps the documents the subquery is about
         short = docs[:p.shortlist_k]
-        cx.reader.rerank_charge(q, [ix.summaries[d] for d in short])  # charged like a select call
-        kept = [d for d in short if ix.titles[d] in q]
+        kept = [short[i] for i in cx.reader.select_docs(q, [ix.titles[d] for d in short],
+                                                        [ix.summaries[d] for d in short])]
         docs = kept or short[:p.beam]
     else:
         docs = docs[:p.beam]
@@ -179,8 +179,11 @@ def run_agent(cx: Ctx, query: str, variant: Variant) -> tuple[list[int], list[di
             elif fails >= 2:
                 break  # strongest mode failed twice at global scope, no backtracking left: give up
             # else: re-ask once (a rewritten prompt is a fresh sample)
-    cx.reader.rerank_charge(query, [cx.index.comp_text[c] for c in dict.fromkeys(read)][:cx.p.shortlist_k])
+    visited = list(dict.fromkeys(read))[:cx.p.shortlist_k]
+    order = cx.reader.rerank_charge(query, [cx.index.comp_text[c] for c in visited])
     final = [ans_comp[h] for h in sorted(ans_comp, reverse=True)]
+    if order is not None:  # an LLM reranker ordered the visited components
+        return _finish(cx, query, final, [visited[i] for i in order], ordered=True), trace
     return _finish(cx, query, final, read), trace
 
 
@@ -193,12 +196,13 @@ def _should_backtrack(v: Variant, tau: tuple, fails: int, out: Outcome) -> bool:
     return fails >= 2 and (tau[2] != "none" or not v.escalate)
 
 
-def _finish(cx: Ctx, query: str, first: list[int], others: list[int]) -> list[int]:
+def _finish(cx: Ctx, query: str, first: list[int], others: list[int], ordered: bool = False) -> list[int]:
     """Answer components (latest hop first), then other visited components by similarity to
-    the query, then the dense ranking to fill the list to top_k."""
+    the query (or in the given order, ``ordered``), then the dense ranking to fill to top_k."""
     qv = cx.qv(query)
     s = cx.index.comp_scores(qv, 1)
-    rest = sorted(set(others) - set(first), key=lambda c: -s[c])
+    rest = ([c for c in dict.fromkeys(others) if c not in set(first)] if ordered
+            else sorted(set(others) - set(first), key=lambda c: -s[c]))
     out = list(dict.fromkeys(first + rest))
     for c in np.argsort(-s)[: 2 * cx.p.top_k]:
         if len(out) >= cx.p.top_k:

@@ -48,3 +48,30 @@ def tiny(tmp_path_factory):
     (root / "embed").mkdir()
     save_torch(root / "embed" / "emb.pt", torch.from_numpy(bow_encode(nodes["text"])))
     return {"cfg": cfg, "corpus": root / "corpus", "graph": root / "graph", "embed": root / "embed", "root": root}
+
+
+from tests.paper.fixtures import *  # noqa: E402,F401,F403  (tiny_checkpoints: the tokenizer beside tiny CLIP)
+
+
+@pytest.fixture(scope="session")
+def benchmark(tmp_path_factory):
+    """A parsed-benchmark folder in the paper profile's layout (tests/fif/paper_files.py)."""
+    from tests.fif.paper_files import write_benchmark
+
+    return write_benchmark(tmp_path_factory.mktemp("fif-benchmark"), n_queries=12)
+
+
+@pytest.fixture(scope="session")
+def tiny_clip(tmp_path_factory, tiny_checkpoints):
+    from tests.fif.paper_files import tiny_clip
+
+    return tiny_clip(tmp_path_factory.mktemp("fif-clip") / "clip", tiny_checkpoints.tokenizer())
+
+
+@pytest.fixture
+def reader_server():
+    from tests.fif.paper_files import FakeReaderServer
+
+    server = FakeReaderServer()
+    yield server
+    server.close()

@@ -125,7 +125,7 @@ def test_retrieval_never_reads_qrels(tiny, tmp_path, monkeypatch):
     """Runs are identical with the qrels file removed or shuffled: retrievers cannot see them."""
     import components.fif.retrieve as retrieve
 
-    monkeypatch.setattr(retrieve, "MiniLMEncoder", BowEncoder)
+    monkeypatch.setattr(retrieve, "make_encoder", lambda *_: BowEncoder())
     cfg = tiny["cfg"].model_copy(update={"retrieve": tiny["cfg"].retrieve.model_copy(
         update={"methods": ["fif", "ircot_like", "lilac_like"], "robustness_errors": []})})
     outs = []

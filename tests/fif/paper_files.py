@@ -1,0 +1,131 @@
+"""Test inputs of fif's paper profile: a benchmark folder in the parsed layout that
+components/fif/paper.py reads (rendered from a SynthWiki corpus, with PNG images, non-contiguous
+ids, a link out of the corpus, and a query with two relevant components), and a fake
+OpenAI-compatible reader server that answers the role prompts of components/fif/llm_reader.py
+with the offline reader's rules."""
+from __future__ import annotations
+
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import numpy as np
+
+from components.common.io import write_table
+from components.fif.config import FifConfig
+from components.fif.corpus import generate
+from components.fif.graph import split_subcomponents
+from components.fif.reader import Candidate, Reader, n_tokens, read_evidence
+
+DOC0, COMP0 = 1000, 5000     # ids in the files start here: the reader must renumber them
+OUTSIDE = 999_999            # a link to a page that is not in the corpus (dropped, counted)
+
+
+def write_benchmark(root: Path, seed: int = 0, n_queries: int = 12) -> Path:
+    from PIL import Image
+
+    cfg = FifConfig.for_profile("smoke").corpus.model_copy(update={"n_queries": n_queries})
+    data = generate(cfg, seed)
+    pages, queries = data["pages"], data["queries"]
+    root = Path(root)
+    (root / "images").mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    rows, subs = [], []
+    for d, page in enumerate(pages):
+        for kind, text, links in page.components:
+            c = len(rows)
+            image = ""
+            if kind == "image":
+                image = f"images/{c}.png"
+                Image.fromarray(rng.integers(0, 256, (24, 24, 3), dtype=np.uint8)).save(root / image)
+            out_links = [DOC0 + x for x in links] + ([OUTSIDE] if c == 0 else [])
+            rows.append((DOC0 + d, kind, text, out_links, image))
+            subs += [(COMP0 + c, s) for s in split_subcomponents(kind, text)]
+    write_table(root / "docs.parquet", {"doc_id": [DOC0 + d for d in range(len(pages))],
+                                        "title": [p.title for p in pages], "summary": [p.summary for p in pages]})
+    write_table(root / "components.parquet", {
+        "comp_id": [COMP0 + c for c in range(len(rows))], "doc_id": [r[0] for r in rows],
+        "kind": [r[1] for r in rows], "text": [r[2] for r in rows], "links": [r[3] for r in rows],
+        "image": [r[4] for r in rows]})
+    write_table(root / "subcomponents.parquet", {"comp_id": [s[0] for s in subs], "text": [s[1] for s in subs]})
+    write_table(root / "queries.parquet", {"qid": [q["qid"] for q in queries], "text": [q["text"] for q in queries]})
+    qrels = [(q["qid"], COMP0 + q["chain"][-1]) for q in queries]
+    qrels.append((queries[0]["qid"], COMP0 + queries[0]["chain"][0]))   # a second relevant component
+    write_table(root / "qrels.parquet", {"qid": [q for q, _ in qrels], "comp_id": [c for _, c in qrels]})
+    return root
+
+
+# --- the fake reader server -------------------------------------------------------------
+
+CAND = re.compile(r"^\[(\d+)\] (.*) \(links: (.*)\)$")
+
+
+def answer(prompt: str) -> dict:
+    """The JSON reply to one role prompt, by the offline reader's rules (no error flips)."""
+    field = lambda name: re.search(rf"^{name}: (.*)$", prompt, re.M).group(1)  # noqa: E731
+    if prompt.startswith("Split the question"):
+        return {"subqueries": Reader(error=0).plan(field("Question"))}
+    if prompt.startswith("Which of these pages"):
+        sub = field("Subquery")
+        titles = re.findall(r"^\[\d+\] (.*?): ", prompt, re.M)
+        return {"pages": [i for i, t in enumerate(titles) if t in sub]}
+    if prompt.startswith("Order the components"):
+        return {"order": list(range(len(re.findall(r"^\[\d+\] ", prompt, re.M))))[::-1]}
+    cands = [Candidate(m.group(2), [t for t in m.group(3).split("; ") if t])
+             for m in map(CAND.match, prompt.split("Candidates:\n", 1)[1].split("\nReply:")[0].splitlines()) if m]
+    j = read_evidence(field("Subquery"), cands, careful=prompt.startswith("Pick"))
+    return {"answerable": j.answerable, "index": j.index, "answer": j.answer}
+
+
+class FakeReaderServer:
+    """POST /v1/chat/completions -> a chat reply with ``usage``; every request body is kept."""
+
+    def __init__(self):
+        self.requests: list[dict] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - http.server's name
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                server.requests.append(body)
+                prompt = body["messages"][-1]["content"]
+                content = json.dumps(answer(prompt))
+                data = json.dumps({"choices": [{"message": {"role": "assistant", "content": content}}],
+                                   "usage": {"prompt_tokens": n_tokens(prompt), "completion_tokens": 7}}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def tiny_clip(folder: Path, tokenizer_folder: Path) -> Path:
+    """A randomly initialised CLIPModel (text and vision towers) with a tiny tokenizer beside it."""
+    import torch
+    from transformers import AutoTokenizer, CLIPConfig, CLIPModel
+
+    from components.common.hf_models import save_model
+
+    torch.manual_seed(0)
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_folder))
+    config = CLIPConfig(
+        text_config={"vocab_size": len(tok), "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+                     "num_attention_heads": 4, "max_position_embeddings": 77, "pad_token_id": 0,
+                     "bos_token_id": 2, "eos_token_id": 3},
+        vision_config={"image_size": 32, "patch_size": 8, "hidden_size": 32, "intermediate_size": 64,
+                       "num_hidden_layers": 2, "num_attention_heads": 4},
+        projection_dim=16)
+    return save_model(CLIPModel(config).eval(), folder, tok)
