@@ -283,6 +283,24 @@ def _drop_lock_entries(lock: Path, names: list[str]) -> None:
             doc["stages"].pop(name, None)
 
 
+def warn_unregistered_seeds(project: Project, method: Method, profile: str, params: dict[str, Any]) -> None:
+    """The small profile's verdicts are pre-registered over the seeds in CLAIMS.md's front
+    matter. Other seeds (a --set, an edited default) may run, but the run says so, so that a
+    committed run on the wrong seeds is noticed before anyone reads its verdicts."""
+    from flows.runtime.claims import ClaimsError, claims_file, load_claims
+
+    if profile != "small" or "seeds" not in params:
+        return
+    try:
+        claims = load_claims(project.root, method.name)
+    except ClaimsError:
+        return   # `repro report` names a broken front matter; a run need not
+    if claims and claims.seeds and list(params["seeds"]) != list(claims.seeds):
+        say(f"{method.name}: WARNING: seeds {list(params['seeds'])} are not the {claims.seeds} that "
+            f"{claims_file(project.root, method.name).relative_to(project.root)} pre-registers; "
+            "the scorecard's verdicts are defined over those")
+
+
 def git_info(project: Project) -> dict[str, str]:
     def git(*args: str) -> str:
         done = subprocess.run(["git", *args], cwd=project.root, capture_output=True, text=True)
@@ -386,6 +404,7 @@ def _run_methods(project: Project, methods: list[Method], docs: dict[str, dict[s
             for method in methods:  # one method failing does not stop the others
                 try:
                     prune_fanout_leftovers(project, method, docs[method.name])
+                    warn_unregistered_seeds(project, method, profile, docs[method.name])
                     plan = plan_method(project, bridge, method, profile, docs[method.name], selection)
                     plan.params_text = project.params_file(method.name).read_text()
                     plan.run_name = run_name

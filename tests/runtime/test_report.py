@@ -279,3 +279,33 @@ def test_mlflow_ui_and_scorecard_render_in_chromium(runs, mlflow_ui, browser, tm
     images = page.evaluate("Array.from(document.images).map(i => [i.complete, i.naturalWidth])")
     assert len(images) == 2 and all(done and width > 100 for done, width in images), images
     page.screenshot(path=str(ARTIFACTS / "scorecard.png"), full_page=True)
+
+
+def test_committed_small_runs_used_the_pre_registered_seeds():
+    """Regression (orbit, this session): a committed run was made on v1's seeds while CLAIMS.md
+    pre-registered fresh ones; nothing noticed. The committed params must use CLAIMS' seeds."""
+    import yaml
+
+    for method in registry.all_methods():
+        claims = load_claims(REPO_ROOT, method.name)
+        params_file = REPO_ROOT / "data" / method.name / "params.yaml"
+        if claims is None or not claims.seeds or not params_file.is_file():
+            continue
+        params = yaml.safe_load(params_file.read_text())
+        if "seeds" in params:
+            assert params["seeds"] == claims.seeds, f"{method.name}: {params_file} runs seeds {params['seeds']}, CLAIMS.md pre-registers {claims.seeds}"
+
+
+def test_a_small_run_on_other_seeds_than_claims_pre_registers_says_so(tmp_path, capsys):
+    from flows.runtime import runner
+    from flows.runtime.testing import make_project
+
+    project = make_project(tmp_path / "proj", ["linrnn"])
+    capsys.readouterr()   # DVC's init message
+    method = registry.get("linrnn")
+    runner.warn_unregistered_seeds(project, method, "small", {"seeds": [0, 1, 2]})
+    runner.warn_unregistered_seeds(project, method, "smoke", {"seeds": [7]})   # smoke is not judged
+    assert capsys.readouterr().out == ""
+    runner.warn_unregistered_seeds(project, method, "small", {"seeds": [7]})
+    said = capsys.readouterr().out
+    assert "linrnn: WARNING: seeds [7] are not the [0, 1, 2] that components/linrnn/CLAIMS.md pre-registers" in said
