@@ -9,7 +9,8 @@ from components.common.hf_models import check_checkpoint, load_model, load_token
 from components.common.tiny_models import build_tiny
 from tests.paper.checkpoints import WITH_TOKENIZER
 
-FAMILIES = ["qwen3", "gemma2", "llama", "llava", "qwen2_vl", "vit_mae", "clip_vision", "resnet", "esm",
+FAMILIES = ["qwen3", "gemma2", "llama", "llava", "qwen2_vl", "vit_mae", "clip_vision", "clip", "dinov2",
+            "resnet", "esm",
             "unet2d", "vae"]
 
 
