@@ -10,8 +10,7 @@ from components.common.tiny_models import build_tiny
 from tests.paper.checkpoints import WITH_TOKENIZER
 
 FAMILIES = ["qwen3", "gemma2", "llama", "llava", "qwen2_vl", "vit_mae", "clip_vision", "clip", "dinov2",
-            "resnet", "esm",
-            "unet2d", "vae"]
+            "resnet", "esm", "unet2d", "vae"]
 
 
 def test_factory_lists_every_family_the_paper_profiles_use(tiny_checkpoints):
