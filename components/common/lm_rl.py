@@ -44,6 +44,16 @@ def _common_args(out_dir: Path, steps: int, lr: float, seed: int, logging_steps:
                 dataloader_num_workers=0, **_precision())
 
 
+def _train(trainer) -> TrainResult:
+    """Train without transformers' PrinterCallback, which prints every logged step as a dict to
+    stdout (thousands of lines in a stage's log); the same values stay in the log history."""
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)
+    trainer.train()
+    return TrainResult(trainer.model, list(trainer.state.log_history))
+
+
 def named_reward(fn: Reward, name: str | None = None) -> Reward:
     """TRL logs each reward function under its ``__name__`` (``rewards/<name>/mean``); give
     partials one, and return plain floats whatever the method's function returns."""
@@ -70,8 +80,7 @@ def grpo_train(model, tokenizer, rows: list[dict[str, Any]], rewards: Reward | l
                         loss_type=loss_type, scale_rewards=scale_rewards, use_vllm=use_vllm, **grpo_args)
     trainer = GRPOTrainer(model=model, reward_funcs=funcs, args=config, train_dataset=Dataset.from_list(rows),
                           processing_class=tokenizer, peft_config=peft_config)
-    trainer.train()
-    return TrainResult(trainer.model, list(trainer.state.log_history))
+    return _train(trainer)
 
 
 def dpo_train(model, tokenizer, pairs: list[dict[str, Any]], out_dir: str | Path, *, steps: int,
@@ -95,5 +104,4 @@ def dpo_train(model, tokenizer, pairs: list[dict[str, Any]], out_dir: str | Path
                        max_length=max_length, **dpo_args)
     trainer = DPOTrainer(model=model, ref_model=ref_model, args=config, train_dataset=Dataset.from_list(pairs),
                          processing_class=tokenizer, peft_config=peft_config)
-    trainer.train()
-    return TrainResult(trainer.model, list(trainer.state.log_history))
+    return _train(trainer)

@@ -38,12 +38,16 @@ class OpenAIClient:
     def chat(self, messages: list[dict[str, str]], temperature: float = 0.0, max_tokens: int = 2048,
              **extra: Any) -> str:
         """The assistant message's text of one chat completion."""
-        body = {"model": self.model, "messages": messages, "temperature": temperature,
-                "max_tokens": max_tokens, **extra}
-        reply = self._post("/chat/completions", body)
+        text, _ = self.chat_with_usage(messages, temperature=temperature, max_tokens=max_tokens, **extra)
+        return text
+
+    def chat_with_usage(self, messages: list[dict[str, str]], **body: Any) -> tuple[str, dict[str, Any]]:
+        """(text, the reply's ``usage``: prompt/completion token counts, {} if the server sends
+        none) of one chat completion; ``body`` goes to the server as given (temperature, ...)."""
+        reply = self._post("/chat/completions", {"model": self.model, "messages": messages, **body})
         try:
-            return reply["choices"][0]["message"]["content"]
-        except (KeyError, IndexError, TypeError):
+            return reply["choices"][0]["message"]["content"], dict(reply.get("usage") or {})
+        except (KeyError, IndexError, TypeError, AttributeError):
             raise EndpointError(f"{self.base_url}: reply has no choices[0].message.content: "
                                 f"{json.dumps(reply)[:200]}") from None
 

@@ -84,6 +84,27 @@ def _clip_vision(**overrides: Any):
     return CLIPVisionModel(config)
 
 
+def _clip(**overrides: Any):
+    """Both towers and the projections (retrieval over text and images); the text tower's
+    special ids follow the tiny tokenizer. Override ``text_config``/``vision_config`` as dicts."""
+    from transformers import CLIPConfig, CLIPModel
+
+    text = {"vocab_size": 512, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "max_position_embeddings": 77, "pad_token_id": 0,
+            "bos_token_id": 2, "eos_token_id": 3, **overrides.pop("text_config", {})}
+    vision = {**_IMAGE, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+              "num_attention_heads": 4, **overrides.pop("vision_config", {})}
+    return CLIPModel(CLIPConfig(text_config=text, vision_config=vision, **{"projection_dim": 16, **overrides}))
+
+
+def _dinov2(**overrides: Any):
+    from transformers import Dinov2Config, Dinov2Model
+
+    config = Dinov2Config(**{"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
+                             "intermediate_size": 32, "image_size": 32, "patch_size": 8, **overrides})
+    return Dinov2Model(config)
+
+
 def _resnet(**overrides: Any):
     from transformers import ResNetConfig, ResNetForImageClassification
 
@@ -130,6 +151,8 @@ FAMILIES: dict[str, tuple[Callable[..., torch.nn.Module], str]] = {
     "qwen2_vl": (_qwen2_vl, "vlm"),
     "vit_mae": (_vit_mae, "pretraining"),
     "clip_vision": (_clip_vision, "encoder"),
+    "clip": (_clip, "encoder"),
+    "dinov2": (_dinov2, "encoder"),
     "resnet": (_resnet, "image_classification"),
     "esm": (_esm, "masked_lm"),
     "unet2d": (_unet2d, "diffusers"),

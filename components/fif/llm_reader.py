@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from components.common.openai_client import EndpointError, OpenAIClient, parse_json_reply
+from components.common.openai_client import OpenAIClient, parse_json_reply
 from components.fif.reader import Candidate, Judgement, n_tokens
 
 SYSTEM = ("You are one step of a multi-hop retrieval agent over a corpus of web pages split into "
@@ -42,20 +42,9 @@ RERANK = ("Order the components by how well they answer the question, best first
           'Question: {query}\nComponents:\n{comps}\nReply: {{"order": [component numbers]}}')
 
 
-class UsageClient(OpenAIClient):
-    """The shared client, keeping the reply's ``usage`` (the shared ``chat`` returns text only)."""
-
-    def chat_usage(self, messages: list[dict], **body: Any) -> tuple[str, dict]:
-        reply = self._post("/chat/completions", {"model": self.model, "messages": messages, **body})
-        try:
-            return reply["choices"][0]["message"]["content"], dict(reply.get("usage") or {})
-        except (KeyError, IndexError, TypeError):
-            raise EndpointError(f"{self.base_url}: reply has no choices[0].message.content") from None
-
-
 @dataclass
 class LLMReader:
-    client: UsageClient
+    client: OpenAIClient
     max_reply_tokens: int = 512
     temperature: float = 0.0
     reasoning_effort: str = ""       # set for reasoning models, which take no temperature
@@ -150,7 +139,7 @@ class LLMReader:
             body["reasoning_effort"] = self.reasoning_effort
         else:
             body["temperature"] = self.temperature if attempt == 0 else RETRY_TEMPERATURE
-        text, usage = self.client.chat_usage(messages, **body)
+        text, usage = self.client.chat_with_usage(messages, **body)
         self.endpoint_calls += 1
         return {"text": text,
                 "tokens_in": int(usage.get("prompt_tokens", n_tokens(SYSTEM + " " + prompt))),
@@ -169,7 +158,7 @@ class LLMReader:
 
 
 def make_llm_reader(paper) -> LLMReader:
-    client = UsageClient(paper.reader_base_url, paper.reader_model, api_key_env=paper.reader_api_key_env)
+    client = OpenAIClient(paper.reader_base_url, paper.reader_model, api_key_env=paper.reader_api_key_env)
     return LLMReader(client, paper.max_reply_tokens, reasoning_effort=paper.reasoning_effort,
                      usd_per_mtok_in=paper.usd_per_mtok_in, usd_per_mtok_out=paper.usd_per_mtok_out,
                      cache_dir=paper.cache_dir)

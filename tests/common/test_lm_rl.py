@@ -40,7 +40,7 @@ def test_grpo_moves_probability_towards_rewarded_tokens(tmp_path, tok):
     assert after > before + 0.1, (before, after)
 
 
-def test_grpo_reward_sees_groups_and_dataset_columns(tmp_path, tok):
+def test_grpo_reward_sees_groups_and_dataset_columns(tmp_path, tok, capsys):
     model = build_tiny("qwen3", vocab_size=len(tok))
     calls = []
 
@@ -55,6 +55,7 @@ def test_grpo_reward_sees_groups_and_dataset_columns(tmp_path, tok):
     for prompts, completions, target in calls:
         assert len(completions) == 8 and target == [3] * 8
         assert sorted(set(prompts)) and all(prompts.count(p) == 4 for p in set(prompts))  # whole groups
+    assert "'loss'" not in capsys.readouterr().out     # regression: every step's dict was printed
     logged = result.logged("rewards/length_reward/mean")
     expected = [sum(-abs(len(c.split()) - 3) for c in comp) / len(comp) for _, comp, _ in calls]
     assert logged == pytest.approx(expected, abs=1e-4)

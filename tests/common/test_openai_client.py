@@ -25,7 +25,8 @@ class FakeEndpoint:
                                           "auth": self.headers.get("Authorization")})
                 status, content, delay = endpoint.script.pop(0) if endpoint.script else (200, "done", 0)
                 time.sleep(delay)
-                reply = ({"choices": [{"message": {"role": "assistant", "content": content}}]}
+                usage = {"prompt_tokens": len(json.dumps(body["messages"])), "completion_tokens": len(content)}
+                reply = ({"choices": [{"message": {"role": "assistant", "content": content}}], "usage": usage}
                          if status == 200 else {"error": {"message": content}})
                 data = json.dumps(reply).encode()
                 try:
@@ -92,6 +93,16 @@ def test_timeouts_are_retried_then_reported(endpoint):
     with pytest.raises(EndpointError, match="failed after 2 attempts.*(timed out|Timeout)"):
         client.chat([{"role": "user", "content": "hi"}])
     assert len(sleeps) == 1
+
+
+def test_chat_with_usage_returns_the_servers_token_counts_and_sends_the_body_as_given(endpoint):
+    server = endpoint((200, "four", 0))
+    client, _ = _client(server.url)
+    messages = [{"role": "user", "content": "2+2?"}]
+    text, usage = client.chat_with_usage(messages, reasoning_effort="low")
+    assert text == "four"
+    assert usage == {"prompt_tokens": len(json.dumps(messages)), "completion_tokens": 4}
+    assert server.requests[0]["body"] == {"model": client.model, "messages": messages, "reasoning_effort": "low"}
 
 
 def test_json_replies(endpoint):

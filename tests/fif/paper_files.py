@@ -114,18 +114,10 @@ class FakeReaderServer:
 
 def tiny_clip(folder: Path, tokenizer_folder: Path) -> Path:
     """A randomly initialised CLIPModel (text and vision towers) with a tiny tokenizer beside it."""
-    import torch
-    from transformers import AutoTokenizer, CLIPConfig, CLIPModel
+    from transformers import AutoTokenizer
 
     from components.common.hf_models import save_model
+    from components.common.tiny_models import build_tiny
 
-    torch.manual_seed(0)
     tok = AutoTokenizer.from_pretrained(str(tokenizer_folder))
-    config = CLIPConfig(
-        text_config={"vocab_size": len(tok), "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-                     "num_attention_heads": 4, "max_position_embeddings": 77, "pad_token_id": 0,
-                     "bos_token_id": 2, "eos_token_id": 3},
-        vision_config={"image_size": 32, "patch_size": 8, "hidden_size": 32, "intermediate_size": 64,
-                       "num_hidden_layers": 2, "num_attention_heads": 4},
-        projection_dim=16)
-    return save_model(CLIPModel(config).eval(), folder, tok)
+    return save_model(build_tiny("clip", text_config={"vocab_size": len(tok)}), folder, tok)

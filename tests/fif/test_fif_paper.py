@@ -130,7 +130,7 @@ def test_llm_reader_treats_a_reply_without_json_as_unanswerable():
     class Garbage:
         model = "m"
 
-        def chat_usage(self, messages, **body):
+        def chat_with_usage(self, messages, **body):
             return "I think the answer is probably the second one.", {}
 
     reader = LLMReader(Garbage())

@@ -9,8 +9,8 @@ from components.common.hf_models import check_checkpoint, load_model, load_token
 from components.common.tiny_models import build_tiny
 from tests.paper.checkpoints import WITH_TOKENIZER
 
-FAMILIES = ["qwen3", "gemma2", "llama", "llava", "qwen2_vl", "vit_mae", "clip_vision", "resnet", "esm",
-            "unet2d", "vae"]
+FAMILIES = ["qwen3", "gemma2", "llama", "llava", "qwen2_vl", "vit_mae", "clip_vision", "clip", "dinov2",
+            "resnet", "esm", "unet2d", "vae"]
 
 
 def test_factory_lists_every_family_the_paper_profiles_use(tiny_checkpoints):

@@ -10,11 +10,6 @@ from components.common.hf_models import save_model
 from components.common.tiny_models import build_tiny
 from tests.paper.layouts import write_image_folder
 
-# DINOv2's architecture at a size that runs in milliseconds; 32² inputs, 4 patches a side
-TINY_DINOV2 = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
-                   image_size=32, patch_size=8)
-
-
 def write_flat_ddpm(root: Path, unet_folder: Path) -> Path:
     """A copy of a UNet2DModel folder (e.g. TinyCheckpoints' unet2d) with the DDPM scheduler
     config saved beside it."""
@@ -37,11 +32,7 @@ def write_ddpm_pipeline(root: Path, **unet_overrides) -> Path:
 
 
 def write_dinov2(root: Path) -> Path:
-    import torch
-    from transformers import Dinov2Config, Dinov2Model
-
-    torch.manual_seed(0)
-    return save_model(Dinov2Model(Dinov2Config(**TINY_DINOV2)).eval(), root)
+    return save_model(build_tiny("dinov2"), root)   # 32² inputs, 4 patches a side
 
 
 def write_reference_images(root: Path, n_classes: int = 4, per_class: int = 4, size: int = 16) -> Path:
