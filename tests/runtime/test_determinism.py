@@ -49,7 +49,7 @@ def test_parallel_torch_items_are_byte_identical_across_runs_and_executors(tmp_p
     assert b'"torch_threads": 1' in first["0.json"]  # the declared num_cpus held, in every item
 
 
-@pytest.mark.smoke
+@pytest.mark.slow   # CI time: the synthetic torch fan-out above covers threads vs Ray in CI
 def test_a_real_methods_fanout_stage_is_byte_identical(tmp_path):
     """linrnn's PPO fan-out (torch; 2 variants x 2 seeds at smoke) under both executors. (The
     re-run under the same executor is the synthetic test's; one run each keeps CI short.)"""

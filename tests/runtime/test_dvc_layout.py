@@ -74,6 +74,7 @@ def test_stage_list_and_dag_see_every_method(clone, monkeypatch):
             assert any(e.count(f"data/{method.name}/dvc.yaml:") == 2 for e in ours), method.name
 
 
+@pytest.mark.slow   # CI time (46 s); the layout and DAG checks of the same clone stay in CI
 def test_status_and_dry_runs_work(clone):
     assert "changed outs" in dvc(clone, "status", "data/linrnn/dvc.yaml")
     planned = dvc(clone, "repro", "--dry", "data/linrnn/dvc.yaml:verify_exact")

@@ -167,6 +167,7 @@ def test_kill_9_mid_stage_leaves_nothing_finished(toy):
     assert statuses == ["FINISHED", "KILLED"]      # the killed driver's run did not stay RUNNING
 
 
+@pytest.mark.slow   # CI time (17 s)
 def test_dvc_cli_agrees_and_dvc_repro_is_a_second_entry_point(toy, tmp_path):
     run_in_temp_project(M, toy.root)
     assert "up to date" in dvc(toy, "status")
