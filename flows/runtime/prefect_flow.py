@@ -61,7 +61,8 @@ def _run_stage(root: str, method: str, stage: str, item_key: str | None,
                params: dict[str, Any], data_root: str | None, num_gpus: float = 0) -> dict[str, Any]:
     """The task body. With the local executor the instance runs in a worker process of the
     driver's pool (its own RNGs and thread counts); a GPU instance in a worker of its own that
-    sees only the devices reserved for it (``workers.gpu_slot``); in a Ray worker it runs right here (Ray workers are processes that run one task at a time,
+    sees only the devices reserved for it (``workers.gpu_slot``); in a Ray worker it runs right
+    here (Ray workers are processes that run one task at a time,
     and Ray itself assigns their GPUs)."""
     name = f"{stage}@{item_key}" if item_key else stage
     job = {"method_name": method, "stage_name": stage, "item_key": item_key, "params": params,

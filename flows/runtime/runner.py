@@ -249,6 +249,7 @@ def prune_fanout_leftovers(project: Project, method: Method, params: dict[str, A
     the scorecard never counts it) and its dvc.lock entry. DVC's cache and run-cache still hold
     the item, so putting it back restores it instead of running it."""
     gone: list[str] = []
+    locked = _locked_names(project.method_dir(method.name) / "dvc.lock")   # read once, not per stage
     for stage in method.stages:
         if not stage.fan_out:
             continue
@@ -262,17 +263,16 @@ def prune_fanout_leftovers(project: Project, method: Method, params: dict[str, A
         for path in sorted(metrics.glob("*.json")) if metrics.is_dir() else []:
             if path.stem not in current:
                 path.unlink()
-        gone += [f"{stage.name}@{key}" for key in _locked_items(project, method, stage.name) - current]
+        items = {name.partition("@")[2] for name in locked if name.startswith(f"{stage.name}@")}
+        gone += [f"{stage.name}@{key}" for key in sorted(items - current)]
     if gone:
         _drop_lock_entries(project.method_dir(method.name) / "dvc.lock", gone)
 
 
-def _locked_items(project: Project, method: Method, stage: str) -> set[str]:
-    lock = project.method_dir(method.name) / "dvc.lock"
+def _locked_names(lock: Path) -> set[str]:
     if not lock.is_file():
         return set()
-    entries = (yaml.safe_load(lock.read_text()) or {}).get("stages", {})
-    return {name.partition("@")[2] for name in entries if name.startswith(f"{stage}@")}
+    return set((yaml.safe_load(lock.read_text()) or {}).get("stages", {}))
 
 
 def _drop_lock_entries(lock: Path, names: list[str]) -> None:
