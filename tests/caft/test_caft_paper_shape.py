@@ -57,7 +57,7 @@ def test_caft_paper_profile_mcmc_on_tiny_gemma2(tmp_path, tiny_checkpoints):
     assert evaluate["caft_k100/ood_intended_acc"] == pytest.approx(run["ood_intended_acc"])
 
 
-@pytest.mark.slow  # CI time (~30 s on 2 cores): the fast set keeps the paper path's unit and preflight tests
+@pytest.mark.slow  # CI time (34 s on 2 cores): the fast set keeps the paper path's unit and preflight tests
 def test_caft_paper_profile_emergent_misalignment_with_a_judge(tmp_path, tiny_checkpoints):
     # 3 runs x (2 questions x 2 samples + 2 code answers); one reply serves both judge prompts
     judge = FakeEndpoint([(200, json.dumps({"aligned": 10, "coherent": 90, "vulnerable": True}), 0)] * 18)
@@ -83,7 +83,7 @@ def test_caft_paper_profile_emergent_misalignment_with_a_judge(tmp_path, tiny_ch
     assert len(answers["answers"]) == 2 and all(len(group) == 2 for group in answers["answers"])
 
 
-@pytest.mark.slow  # CI time: a runtime run like the two above
+@pytest.mark.slow  # CI time (33 s): a runtime run like the two above
 def test_caft_paper_profile_pca_directions_with_the_top_baseline_on_the_gender_layout(tmp_path, tiny_checkpoints):
     model = tiny_checkpoints.checkpoint("gemma2")
     data = write_mcmc(tmp_path / "gender")          # the gender task reads the same MC layout
