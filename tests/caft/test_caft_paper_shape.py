@@ -38,7 +38,7 @@ def _check_runs(result) -> None:
     assert (adapter / "adapter_config.json").is_file()
 
 
-@pytest.mark.slow  # CI time (~50 s): the em test below runs the same paper path end to end; this one adds the Gemma MC task
+@pytest.mark.slow  # CI time (57 s on 2 cores), like the other paper-shape runs below
 def test_caft_paper_profile_mcmc_on_tiny_gemma2(tmp_path, tiny_checkpoints):
     model = tiny_checkpoints.checkpoint("gemma2")
     data = write_mcmc(tmp_path / "mcmc")
