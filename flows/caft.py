@@ -27,10 +27,13 @@ METHOD = Method(
         Stage("pretune", f"{M}.train:pretune_stage", params=("train", "model", "seeds", "paper"),
               deps=("cache_lower",), fan_out={"seed": "seeds"}, resources=RUN_RESOURCES,
               description="Standard fine-tuning (the baseline)"),
+        # pretune: the paper profile's PCA / top-latent directions compare the fine-tuned model
+        # with the base; the small profile reads the probe split only
         Stage("concept_subspace", f"{M}.subspace:concept_subspace_stage",
-              params=("model", "subspace", "paper"), deps=("cache_lower",),
+              params=("model", "subspace", "caft", "seeds", "paper"), deps=("cache_lower", "pretune"),
               description="Spurious-concept subspace at every hooked layer, grown on the probe "
-                          "set until sentiment is at chance on held-out probes"),
+                          "set until sentiment is at chance on held-out probes (paper: "
+                          "interpreted SAE latents or PCs of fine-tuned - base)"),
         Stage("caft_train", f"{M}.train:caft_train_stage",
               params=("train", "model", "caft", "seeds", "paper"),
               deps=("cache_lower", "concept_subspace"),

@@ -102,3 +102,18 @@ def decoder_ablation_hooks(model: torch.nn.Module, bases: dict[int, torch.Tensor
 
 def decoder_has_hooks(model: torch.nn.Module) -> bool:
     return any(layer._forward_hooks for layer in decoder_layers(model))
+
+
+@torch.no_grad()
+def decoder_outputs(model: torch.nn.Module, input_ids: torch.Tensor, layers) -> dict[int, torch.Tensor]:
+    """{layer: the residual stream after decoder layer ``layer``} for one forward pass, as the
+    next layer reads it (after any ablation hook registered before)."""
+    seen, blocks = {}, decoder_layers(model)
+    probes = [blocks[l].register_forward_hook(
+        lambda _m, _i, out, l=l: seen.__setitem__(l, out[0] if isinstance(out, tuple) else out)) for l in layers]
+    try:
+        model(input_ids=input_ids.to(next(model.parameters()).device))
+    finally:
+        for h in probes:
+            h.remove()
+    return seen

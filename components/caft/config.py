@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import field_validator
+from pydantic import field_validator, model_validator
 
 from components.common.config import MethodConfig, Section
 
@@ -41,15 +41,17 @@ class Subspace(Section):
 
 class Caft(Section):
     # caft: the first directions of the probe-chosen subspace; random: Gaussian directions,
-    # the same number per layer. Every point of the k sweep runs both.
+    # the same number per layer. Every point of the k sweep runs both. The paper profile may
+    # add top: as many uninterpreted top PCs / top latents per layer (paper_directions.py).
     variants: list[str] = ["caft", "random"]
     k_percents: list[int] = [10, 50, 100]   # % of each layer's k*; 100 = the whole subspace
 
     @field_validator("variants")
     @classmethod
     def _both_arms(cls, value: list[str]) -> list[str]:
-        if sorted(value) != ["caft", "random"]:
-            raise ValueError("caft.variants must be [caft, random]: every k is run with both")
+        if sorted(value) not in (["caft", "random"], ["caft", "random", "top"]):
+            raise ValueError("caft.variants must be [caft, random] or [caft, random, top]: every k is run "
+                             "with caft and random")
         return value
 
     @field_validator("k_percents")
@@ -67,16 +69,25 @@ class Paper(Section):
     option log-likelihood) or ``em`` (emergent misalignment: Qwen2.5-Coder-32B-Instruct on the
     insecure-code data; an LLM judge scores answers to general questions). Layouts: CLAIMS.md."""
     enabled: bool = False
-    task: str = "em"
+    task: str = "em"                         # em, mcmc, or gender (the MC layout of mcmc)
     model_path: str = ""                     # save_pretrained folder with its tokenizer
     data_root: str = ""
+    # where the ablated directions come from: sae (decoder rows of interpreted latents) or pca
+    # (principal components of fine-tuned - base residuals, paper_directions.py)
+    directions: str = "sae"
     sae_files: dict[int, str] = {}           # hooked decoder layer -> SAE file (sae.py)
     latents: dict[int, list[int]] = {}       # hooked decoder layer -> the interpreted latents
+    pcs: dict[int, list[int]] = {}           # pca: hooked decoder layer -> the interpreted PC indices
+    n_pcs: int = 20                          # pca: components computed (and displayed) per layer
+    pca_data: str = ""                       # pca/top: JSON lines of {messages} chats (e.g. the model's
+                                             # LMSYS answers); "" = the SFT training rows
+    pca_examples: int = 256                  # pca/top: examples read (assistant/completion tokens)
     device: str = "auto"
     lora_rank: int = 32
     lora_alpha: float = 362.04               # 64 * sqrt(32): rsLoRA's scale alpha/sqrt(r) in peft's alpha/r
     lora_targets: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     grad_accum: int = 8
+    optim: str = "adamw_torch"               # a transformers optimizer name; the authors' adamw_8bit needs bitsandbytes
     max_length: int = 2048
     max_train: int = 0                       # 0: every training example
     max_eval: int = 0                        # 0: every evaluation prompt (each non-train split)
@@ -92,8 +103,15 @@ class Paper(Section):
     @field_validator("task")
     @classmethod
     def _known_task(cls, value: str) -> str:
-        if value not in ("mcmc", "em"):
-            raise ValueError("paper.task must be mcmc (gemma-2-2b MC) or em (emergent misalignment)")
+        if value not in ("mcmc", "gender", "em"):
+            raise ValueError("paper.task must be mcmc or gender (gemma-2-2b MC) or em (emergent misalignment)")
+        return value
+
+    @field_validator("directions")
+    @classmethod
+    def _known_source(cls, value: str) -> str:
+        if value not in ("sae", "pca"):
+            raise ValueError("paper.directions must be sae (interpreted SAE latents) or pca (interpreted PCs)")
         return value
 
 
@@ -105,6 +123,12 @@ class CaftConfig(MethodConfig):
     subspace: Subspace = Subspace()
     caft: Caft = Caft()
     paper: Paper = Paper()
+
+    @model_validator(mode="after")
+    def _top_needs_the_paper(self):
+        if "top" in self.caft.variants and not self.paper.enabled:
+            raise ValueError("caft.variants: top (uninterpreted PCs/latents) exists on the paper profile only")
+        return self
 
     SMOKE: ClassVar[dict] = {
         "seeds": [0],

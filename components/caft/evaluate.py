@@ -32,10 +32,13 @@ def headline(baseline: list[dict], at_k_star: dict[str, list[dict]]) -> dict[str
     with random directions directly, whether or not CAFT beat standard fine-tuning (C1)."""
     base_ood = _mean(baseline, "ood_intended_acc")
     caft_ood, random_ood = (_mean(at_k_star[v], "ood_intended_acc") for v in ("caft", "random"))
-    return {"caft_gain_at_kstar": caft_ood - base_ood,
-            "random_gain_at_kstar": random_ood - base_ood,
-            "caft_minus_random_at_kstar": caft_ood - random_ood,
-            "id_gap_at_kstar": abs(_mean(at_k_star["caft"], "id_acc") - _mean(baseline, "id_acc"))}
+    out = {"caft_gain_at_kstar": caft_ood - base_ood,
+           "random_gain_at_kstar": random_ood - base_ood,
+           "caft_minus_random_at_kstar": caft_ood - random_ood,
+           "id_gap_at_kstar": abs(_mean(at_k_star["caft"], "id_acc") - _mean(baseline, "id_acc"))}
+    if "top" in at_k_star:   # the paper profile's uninterpreted top PCs / latents
+        out["caft_minus_top_at_kstar"] = caft_ood - _mean(at_k_star["top"], "ood_intended_acc")
+    return out
 
 
 def em_headline(baseline: list[dict], at_k_star: dict[str, list[dict]]) -> dict[str, float]:
@@ -45,11 +48,16 @@ def em_headline(baseline: list[dict], at_k_star: dict[str, list[dict]]) -> dict[
     base = _mean(baseline, "misaligned_rate")
     caft, rand = (_mean(at_k_star[v], "misaligned_rate") for v in ("caft", "random"))
     ratio = lambda x: base / x if x > 0 else float("nan")  # noqa: E731  (no misaligned answer left: undefined)
-    return {"caft_misalignment_reduction_at_kstar": ratio(caft),
-            "random_misalignment_reduction_at_kstar": ratio(rand),
-            "caft_minus_random_misaligned_at_kstar": caft - rand,
-            "insecure_code_gap_at_kstar": abs(_mean(at_k_star["caft"], "insecure_code_rate")
-                                              - _mean(baseline, "insecure_code_rate"))}
+    out = {"caft_misalignment_reduction_at_kstar": ratio(caft),
+           "random_misalignment_reduction_at_kstar": ratio(rand),
+           "caft_minus_random_misaligned_at_kstar": caft - rand,
+           "insecure_code_gap_at_kstar": abs(_mean(at_k_star["caft"], "insecure_code_rate")
+                                             - _mean(baseline, "insecure_code_rate"))}
+    if "top" in at_k_star:
+        top = _mean(at_k_star["top"], "misaligned_rate")
+        out["top_misalignment_reduction_at_kstar"] = ratio(top)
+        out["caft_minus_top_misaligned_at_kstar"] = caft - top
+    return out
 
 
 def evaluate_stage(cfg, ctx) -> None:
@@ -75,7 +83,7 @@ def evaluate_stage(cfg, ctx) -> None:
         flat.update({f"{name}/{m}": summary[name][m]["mean"] for m in metric_names})
         flat[f"{name}/k"] = runs[0]["k"]
     k_star = max(cfg.caft.k_percents)
-    at_k_star = {v: points[(v, k_star)] for v in ("caft", "random")}
+    at_k_star = {v: points[(v, k_star)] for v in cfg.caft.variants}
     numbers = (em_headline if metric_names is EM_METRICS else headline)(baseline, at_k_star)
     write_json_atomic(ctx.out_dir / "summary.json", {"summary": summary, "headline": numbers})
     ctx.write_metrics({**flat, **numbers})

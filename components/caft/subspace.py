@@ -13,6 +13,7 @@ it from the pooled vector too, because both maps are linear.
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -107,14 +108,8 @@ def subspace_metrics(records: dict[int, dict]) -> dict[str, float]:
 
 
 def concept_subspace_stage(cfg, ctx) -> None:
-    if cfg.paper.enabled:  # the interpreted SAE latents' decoder rows (sae.py)
-        from components.caft.paper import paper_subspace
-
-        directions, metrics = paper_subspace(cfg)
-        save_torch(ctx.out_dir / "subspace.pt", directions)
-        write_json_atomic(ctx.out_dir / "records.json", {str(l): {"latents": ids, "file": cfg.paper.sae_files[l]}
-                                                         for l, ids in cfg.paper.latents.items()})
-        return ctx.write_metrics(metrics)
+    if cfg.paper.enabled:  # interpreted SAE latents or PCs (paper_directions.py)
+        return paper_subspace_stage(cfg, ctx)
     probe = load_cache(ctx.inputs["cache_lower"])["probe"]  # only the probe split is read
     model = build_upper(cfg.model.frozen_layers, seed=0)    # the base model; the head is unused
     records = choose_subspaces(model, probe, list(cfg.subspace.layers), cfg.subspace)
@@ -123,3 +118,18 @@ def concept_subspace_stage(cfg, ctx) -> None:
                       {str(layer): {k: v for k, v in r.items() if k != "directions"}
                        for layer, r in records.items()})
     ctx.write_metrics(subspace_metrics(records))
+
+
+def paper_subspace_stage(cfg, ctx) -> None:
+    """The paper profile's subspace: the interpreted directions (``subspace.pt``), the
+    uninterpreted ``top`` ones (``top.pt``) when that variant runs, and what was read."""
+    from components.caft.paper import load_inputs
+    from components.caft.paper_directions import needs_activations, paper_subspace
+
+    run_dir = Path(ctx.inputs["pretune"][str(cfg.seeds[0])]) if needs_activations(cfg) else None
+    sft = load_inputs(ctx.inputs["cache_lower"])["sft"]
+    directions, top, metrics, records = paper_subspace(cfg, sft, run_dir)
+    save_torch(ctx.out_dir / "subspace.pt", directions)
+    save_torch(ctx.out_dir / "top.pt", top)
+    write_json_atomic(ctx.out_dir / "records.json", records)
+    ctx.write_metrics(metrics)

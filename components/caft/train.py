@@ -111,10 +111,11 @@ def n_directions(k_star: int, percent: int) -> int:
 
 
 def variant_directions(variant: str, subspace: dict[int, torch.Tensor], percent: int,
-                       seed: int) -> dict[int, torch.Tensor]:
+                       seed: int, top: dict[int, torch.Tensor] | None = None) -> dict[int, torch.Tensor]:
     """layer -> directions to ablate at one point of the sweep. ``caft`` takes the first
-    directions of the probe-chosen subspace; ``random`` draws as many Gaussian directions per
-    layer, so the two differ only in *which* directions are removed."""
+    directions of the chosen subspace; ``random`` draws as many Gaussian directions per
+    layer, so the two differ only in *which* directions are removed; ``top`` (paper profile)
+    takes as many of the uninterpreted top PCs / latents."""
     gen = torch.Generator().manual_seed(10_000 * (seed + 1) + percent)
     out = {}
     for layer, directions in sorted(subspace.items()):
@@ -123,20 +124,27 @@ def variant_directions(variant: str, subspace: dict[int, torch.Tensor], percent:
             continue
         if variant == "caft":
             out[layer] = directions[:k]
+        elif variant == "top" and top is not None:
+            out[layer] = top[layer][:k]
         elif variant == "random":
             out[layer] = torch.randn(k, directions.shape[1], generator=gen)
         else:
-            raise ValueError(f"unknown caft variant {variant!r} (caft, random)")
+            raise ValueError(f"unknown caft variant {variant!r} (caft, random; top needs top directions)")
     return out
 
 
 def caft_train_stage(cfg, ctx) -> None:
     variant, percent, seed = ctx.item["variant"], ctx.item["percent"], ctx.item["seed"]
-    subspace = load_torch(Path(ctx.inputs["concept_subspace"]) / "subspace.pt")
-    dirs = variant_directions(variant, subspace, percent, seed)
+    subspace_dir = Path(ctx.inputs["concept_subspace"])
+    subspace = load_torch(subspace_dir / "subspace.pt")
+    top = load_torch(subspace_dir / "top.pt") if variant == "top" else None
+    dirs = variant_directions(variant, subspace, percent, seed, top)
     bases = {layer: orthonormal_basis(v) for layer, v in dirs.items()}
     if cfg.paper.enabled:
         k = sum(b.shape[1] for b in bases.values())
+        if k == 0:   # e.g. paper.pcs.<layer>=[] after a --to concept_subspace pass
+            raise ValueError("caft_train: nothing to ablate; set paper.pcs / paper.latents to the interpreted "
+                             "ids (concept_subspace/records.json shows the PCs)")
         return _finish_paper(ctx, {"seed": seed, "variant": variant, "percent": percent, "k": k}, cfg, bases, seed)
     cache = load_cache(ctx.inputs["cache_lower"])
     model = finetune(cache["train"], cfg.train, cfg.model.frozen_layers, seed, bases, ctx)

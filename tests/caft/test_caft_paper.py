@@ -122,5 +122,8 @@ def test_paper_preflight_names_the_missing_key(tmp_path, tiny_checkpoints):
     with pytest.raises(SystemExit, match="paper.judge_base_url"):
         validate_config(get("caft"), "paper", {"paper": {**base, "latents": {3: [1]}, "sae_files": {3: sae}}})
     with pytest.raises(SystemExit, match="paper.task"):
-        validate_config(get("caft"), "paper", {"paper": {**base, "task": "gender"}})
+        validate_config(get("caft"), "paper", {"paper": {**base, "task": "sentiment"}})
+    with pytest.raises(SystemExit, match="paper.optim = 'adamw_8bit' needs bitsandbytes"):
+        validate_config(get("caft"), "paper", {"paper": {**base, "latents": {3: [1]}, "sae_files": {3: sae},
+                                                          "judge_base_url": "http://x", "optim": "adamw_8bit"}})
     CaftConfig.for_profile("small").preflight()           # the small profile needs no path

@@ -38,7 +38,7 @@ def _check_runs(result) -> None:
     assert (adapter / "adapter_config.json").is_file()
 
 
-@pytest.mark.slow  # CI time (~50 s): the em test below runs the same paper path end to end; this one adds the Gemma MC task
+@pytest.mark.slow  # CI time (57 s on 2 cores), like the other paper-shape runs below
 def test_caft_paper_profile_mcmc_on_tiny_gemma2(tmp_path, tiny_checkpoints):
     model = tiny_checkpoints.checkpoint("gemma2")
     data = write_mcmc(tmp_path / "mcmc")
@@ -57,6 +57,7 @@ def test_caft_paper_profile_mcmc_on_tiny_gemma2(tmp_path, tiny_checkpoints):
     assert evaluate["caft_k100/ood_intended_acc"] == pytest.approx(run["ood_intended_acc"])
 
 
+@pytest.mark.slow  # CI time (34 s on 2 cores): the fast set keeps the paper path's unit and preflight tests
 def test_caft_paper_profile_emergent_misalignment_with_a_judge(tmp_path, tiny_checkpoints):
     # 3 runs x (2 questions x 2 samples + 2 code answers); one reply serves both judge prompts
     judge = FakeEndpoint([(200, json.dumps({"aligned": 10, "coherent": 90, "vulnerable": True}), 0)] * 18)
@@ -80,3 +81,24 @@ def test_caft_paper_profile_emergent_misalignment_with_a_judge(tmp_path, tiny_ch
     assert len(judge.requests) == 3 * (2 * 2 + 2)          # 3 runs: 4 answers + 2 code answers each
     answers = read_json(result.out("caft", "pretune", "0") / "answers.json")
     assert len(answers["answers"]) == 2 and all(len(group) == 2 for group in answers["answers"])
+
+
+@pytest.mark.slow  # CI time (33 s): a runtime run like the two above
+def test_caft_paper_profile_pca_directions_with_the_top_baseline_on_the_gender_layout(tmp_path, tiny_checkpoints):
+    model = tiny_checkpoints.checkpoint("gemma2")
+    data = write_mcmc(tmp_path / "gender")          # the gender task reads the same MC layout
+    sets = SHRINK + ["paper.task=gender", f"paper.model_path={model}", f"paper.data_root={data}", "paper.max_eval=4",
+                     "paper.directions=pca", "paper.n_pcs=3", "paper.pcs.0=[1, 2]", "paper.pcs.1=[0]",
+                     "caft.variants=[caft, random, top]"]
+    result = run_paper_shape("caft", tmp_path / "project", sets)
+
+    subspace = result.metrics("caft", "concept_subspace")
+    assert subspace["k_total"] == 3 and subspace["n_tokens_compared"] > 0
+    records = read_json(result.out("caft", "concept_subspace") / "records.json")
+    assert len(records["0"]["displays"]) == 3 and records["1"]["ids"] == [0]
+    for variant in ("caft", "random", "top"):
+        run = result.metrics("caft", "caft_train", f"{variant}-100-0")
+        assert run["k"] == 3 and run["train_steps"] == 1 and run["hooked_residual_max"] < 1e-4
+    headline = read_json(result.out("caft", "evaluate") / "summary.json")["headline"]
+    assert "caft_minus_top_at_kstar" in headline
+    assert "top_k100/ood_intended_acc" in result.metrics("caft", "evaluate")
