@@ -4,7 +4,7 @@
 A tiny transformers LLaVA on generated scenes with faint objects and a 90 % colour prior: score VIG
 (image vs blurred image) with a reference model, keep high-VIG samples / tokens, and compare with
 vanilla and a token-matched random control at the same step budget. ``--profile paper``: the
-same stages on LLaVA-1.5, LLaVA-665K and POPE from local paths (components.vig.llava).
+same stages on LLaVA-1.5, LLaVA-665K and benchmark files from local paths (components.vig.llava).
 """
 from flows.runtime.dag import Method, Resources, Stage
 

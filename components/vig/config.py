@@ -13,7 +13,22 @@ LLAVA_JSON = ("the LLaVA-665K instruction JSON (llava_v1_5_mix665k.json: a list 
 IMAGE_ROOT = "the image root the JSON's 'image' paths are relative to (coco/, gqa/, ocr_vqa/, textvqa/, vg/)"
 POPE_JSONL = ("a POPE question file (e.g. coco_pope_random.json: JSON lines of {question_id, image, "
               "text, label: yes|no})")
-POPE_IMAGES = "the COCO val2014 image folder POPE's 'image' names live in"
+COCO_VAL = "the COCO val2014/ image folder (POPE's and CHAIR's 'image' names live in it)"
+MMBENCH_TSV = ("MMBench's dev TSV (e.g. mmbench_dev_20230712.tsv: index, question, hint, A-D, answer, "
+               "category, image as base64)")
+CVBENCH_JSONL = ("CV-Bench's test.jsonl ({idx, type, task, image, question, choices, answer: '(C)', source} "
+                 "with its img/ folder beside it)")
+DOCVQA_JSON = ("DocVQA's val_v1.0.json ({data: [{questionId, question, image, answers}]} with its "
+               "documents/ folder beside it)")
+COCO_INSTANCES = "COCO's annotations/instances_val2014.json (images, annotations, categories) for CHAIR"
+# what each benchmark of paper.benchmarks needs: (key, layout, file or folder)
+BENCHMARK_KEYS = {
+    "pope": [("pope_jsonl", POPE_JSONL, "file"), ("coco_val2014", COCO_VAL, "dir")],
+    "mmbench": [("mmbench_tsv", MMBENCH_TSV, "file")],
+    "cvbench": [("cvbench_jsonl", CVBENCH_JSONL, "file")],
+    "docvqa": [("docvqa_json", DOCVQA_JSON, "file")],
+    "chair": [("coco_instances", COCO_INSTANCES, "file"), ("coco_val2014", COCO_VAL, "dir")],
+}
 
 
 class Data(Section):
@@ -93,14 +108,24 @@ class Claims(Section):
 
 
 class Paper(Section):
-    """The paper profile's paths and knobs (data.source = "llava"). Not a DVC param of the small
-    run's stages, so adding it left the committed small run's lock valid."""
+    """The paper profile's paths and knobs (data.source = "llava"); unused by the small profile."""
     model_path: str = ""          # LLaVA-1.5 save_pretrained folder (llava-hf/llava-1.5-7b-hf): model + tokenizer
     max_samples: int = 0          # first N rows of data.llava_json (0 = all)
     max_len: int = 512            # text tokens per conversation (image tokens come on top)
-    eval_jsonl: str = ""          # POPE questions
-    eval_image_root: str = ""
-    max_eval: int = 0             # first N questions (0 = all)
+    image_aspect_ratio: str = "pad"   # LLaVA-1.5: pad to square with the mean colour ("resize": plain resize)
+    # evaluation: the paper's offline-scorable benchmarks (components.vig.benchmarks), each from
+    # its published files; every listed one needs its keys below
+    benchmarks: list[str] = ["pope", "mmbench", "cvbench", "docvqa", "chair"]
+    pope_jsonl: str = ""
+    coco_val2014: str = ""
+    mmbench_tsv: str = ""
+    cvbench_jsonl: str = ""
+    docvqa_json: str = ""
+    coco_instances: str = ""
+    chair_images: int = 500       # CHAIR's usual 500 val2014 images, drawn with seed 0 (0 = all)
+    max_eval: int = 0             # first N questions of each benchmark (0 = all)
+    max_new_tokens: int = 32      # greedy short answers (DocVQA)
+    caption_tokens: int = 512     # greedy detailed captions (CHAIR)
     lora_rank: int = 16           # LoRA on the decoder's attention projections (peft)
     lora_alpha: float = 32.0
     batch_size: int = 8           # forward batch for scoring and evaluation
@@ -127,7 +152,7 @@ class VigConfig(MethodConfig):
         "reference": {"steps": 40, "batch_size": 32},
         "train": {"steps": 40, "batch_size": 32},
     }
-    # Paper scale: LLaVA-1.5 on the LLaVA-665K mix and POPE from user paths (components.vig.llava).
+    # Paper scale: LLaVA-1.5 on the LLaVA-665K mix and the benchmarks from user paths (components.vig.llava).
     # LoRA SFT budget is ours, not the paper's (untuned): one seed, 1000 steps of 16 conversations.
     PAPER: ClassVar[dict] = {
         "seeds": [0],
@@ -150,5 +175,22 @@ class VigConfig(MethodConfig):
                                  f"holds a {model_type!r} model, not 'llava'")
         require_file("data.llava_json", self.data.llava_json, LLAVA_JSON)
         require_dir("data.image_root", self.data.image_root, IMAGE_ROOT)
-        require_file("paper.eval_jsonl", p.eval_jsonl, POPE_JSONL)
-        require_dir("paper.eval_image_root", p.eval_image_root, POPE_IMAGES)
+        self.preflight_benchmarks()
+
+    def preflight_benchmarks(self) -> None:
+        """Each listed benchmark's paths exist and its files read in their published layout
+        (a malformed file names itself, the record and the field)."""
+        from components.common.readers import DatasetError
+        from components.vig.benchmarks import load_suite
+
+        for name in self.paper.benchmarks:
+            if name not in BENCHMARK_KEYS:
+                raise PreflightError("paper.benchmarks", name, f"a list drawn from {sorted(BENCHMARK_KEYS)}",
+                                     "names an unknown benchmark")
+            for key, layout, kind in BENCHMARK_KEYS[name]:
+                (require_file if kind == "file" else require_dir)(f"paper.{key}", getattr(self.paper, key), layout)
+            try:
+                load_suite(self, name)
+            except DatasetError as err:
+                key, layout, _ = BENCHMARK_KEYS[name][0]
+                raise PreflightError(f"paper.{key}", getattr(self.paper, key), layout, f"is malformed ({err})") from None

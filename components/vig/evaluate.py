@@ -65,7 +65,7 @@ def nouns_of(data_dir, name: str) -> list[str]:
 
 def evaluate_stage(cfg, ctx) -> None:
     if llava.is_paper(cfg):
-        return llava.evaluate_stage(cfg, ctx)       # POPE
+        return llava.evaluate_stage(cfg, ctx)       # the paper's benchmarks
     torch.set_num_threads(1)
     data_dir = ctx.inputs["prepare_data"]
     splits = {name: (load_split(data_dir, name), nouns_of(data_dir, name)) for name in ("val", "test")}

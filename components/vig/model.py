@@ -40,26 +40,29 @@ def pixel_values(images: torch.Tensor) -> torch.Tensor:
     return images.float() / 127.5 - 1.0                    # uint8 -> [-1, 1]
 
 
-def text_logits(model, images: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """Logits (B, T-1, vocab) predicting ``tokens[:, 1:]`` from the image and ``tokens[:, :-1]``."""
+def text_logits(model, images: torch.Tensor, tokens: torch.Tensor, image_at: int = 1) -> torch.Tensor:
+    """Logits (B, T-1, vocab) predicting ``tokens[:, 1:]`` from the image and ``tokens[:, :-1]``.
+    The visual tokens go after the first ``image_at`` text tokens: 1 (after ``<bos>``) on the small
+    path; after LLaVA-1.5's system prompt and ``USER:`` on the paper path."""
     n = n_image_tokens(model)
     placeholders = torch.full((len(tokens), n), model.config.image_token_index, dtype=tokens.dtype,
                               device=tokens.device)
-    input_ids = torch.cat([tokens[:, :1], placeholders, tokens[:, 1:-1]], dim=1)
+    input_ids = torch.cat([tokens[:, :image_at], placeholders, tokens[:, image_at:-1]], dim=1)
     logits = model(input_ids=input_ids, pixel_values=pixel_values(images)).logits
-    # position 0 is <bos>, 1..n the visual tokens; the logits at n onwards predict tokens[:, 1:]
-    return logits[:, n:]
+    # logits before the image predict tokens 1..image_at-1; those from the last visual token on
+    # (position image_at + n - 1) predict tokens image_at.. : together, tokens[:, 1:]
+    return torch.cat([logits[:, :image_at - 1], logits[:, image_at + n - 1:]], dim=1)
 
 
-def token_nll(model, images: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+def token_nll(model, images: torch.Tensor, tokens: torch.Tensor, image_at: int = 1) -> torch.Tensor:
     """Per-position negative log-likelihood (B, T-1) of tokens[:, 1:]."""
-    logits = text_logits(model, images, tokens).float()    # bf16 on the paper GPU: VIG is a small difference
+    logits = text_logits(model, images, tokens, image_at).float()    # bf16 on the paper GPU: VIG is a small difference
     return F.cross_entropy(logits.transpose(1, 2), tokens[:, 1:], reduction="none")
 
 
-def weighted_lm_loss(model, images, tokens, weights) -> torch.Tensor:
+def weighted_lm_loss(model, images, tokens, weights, image_at: int = 1) -> torch.Tensor:
     """Mean NLL over the positions with weight 1 (labels that are not -100 in LLaVA terms)."""
-    nll = token_nll(model, images, tokens)
+    nll = token_nll(model, images, tokens, image_at)
     return (nll * weights).sum() / weights.sum().clamp_min(1.0)
 
 

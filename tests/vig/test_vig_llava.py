@@ -60,16 +60,60 @@ def test_labels_are_the_answer_tokens_and_their_eos():
     ids, sup = llava.encode_conversation(tok, turns, max_len=64)
     answers = [i for i, s in zip(ids, sup) if s]
     assert answers == [tok.vocab["a"], tok.vocab["cat"], 2, tok.vocab["black"], 2]
-    assert ids[0] == 1 and "<image>" not in tok.vocab and len(ids) == len(sup)
-    short, short_sup = llava.encode_conversation(tok, turns, max_len=5)
-    assert len(short) == len(short_sup) == 5
+    assert "<image>" not in tok.vocab and len(ids) == len(sup)
+    # LLaVA-1.5's vicuna_v1 prompt: <bos> system USER: [image here] ...
+    prefix = llava.prompt_prefix(tok)
+    assert ids[:len(prefix)] == prefix and prefix[0] == 1 and prefix[-1] == tok.vocab["USER:"]
+    assert tok.vocab["questions."] in prefix
+    short, short_sup = llava.encode_conversation(tok, turns, max_len=len(prefix) + 3)
+    assert len(short) == len(short_sup) == len(prefix) + 3
+    with pytest.raises(ValueError, match="no room after the"):
+        llava.encode_conversation(tok, turns, max_len=len(prefix))
 
 
-def test_pope_metrics_closed_form():
-    pred = np.array([True, True, False, False, True])
-    label = np.array([True, False, False, True, True])
-    m = llava.pope_metrics(pred, label)
-    # tp 2, fp 1, fn 1: precision 2/3, recall 2/3, F1 2/3; 3 of 5 right; 3 of 5 said yes
-    assert m["acc"] == pytest.approx(60.0) and m["yes_ratio"] == pytest.approx(60.0)
-    assert m["precision"] == pytest.approx(200 / 3) and m["recall"] == pytest.approx(200 / 3)
-    assert m["f1"] == pytest.approx(200 / 3)
+def test_expand_to_square_centres_on_the_fill_colour():
+    from PIL import Image
+
+    wide = Image.fromarray(np.full((2, 4, 3), 200, np.uint8))          # width 4, height 2
+    square = np.asarray(llava.expand_to_square(wide, (1, 2, 3)))
+    assert square.shape == (4, 4, 3)
+    assert (square[[0, 3]] == [1, 2, 3]).all() and (square[1:3] == 200).all()
+    tall = np.asarray(llava.expand_to_square(Image.fromarray(np.zeros((5, 2, 3), np.uint8)), (9, 9, 9)))
+    assert tall.shape == (5, 5, 3) and (tall[:, [0, 3, 4]] == 9).all() and (tall[:, 1:3] == 0).all()
+
+
+def test_wide_images_are_padded_with_the_mean_colour_not_stretched(tmp_path):
+    """LLaVA-1.5 (image_aspect_ratio = pad): the bands above and below a wide image are the
+    processor's mean colour, i.e. ~0 after normalisation; a plain resize has no such band."""
+    from PIL import Image
+
+    path = tmp_path / "wide.png"
+    Image.fromarray(np.full((8, 16, 3), 255, np.uint8)).save(path)            # white, 16 wide, 8 high
+    padded = pixel_values(llava.load_images([str(path)], 16, llava.CLIP_MEAN, llava.CLIP_STD))[0]
+    assert padded[:, :3].abs().max() < 0.02 and padded[:, -3:].abs().max() < 0.02   # mean-colour bands
+    white = (1 - torch.tensor(llava.CLIP_MEAN)) / torch.tensor(llava.CLIP_STD)
+    assert torch.allclose(padded[:, 8, 8], white, atol=1e-3)                  # the image in the middle
+    stretched = pixel_values(llava.load_images([str(path)], 16, llava.CLIP_MEAN, llava.CLIP_STD, pad=False))[0]
+    assert torch.allclose(stretched[:, 0, 0], white, atol=1e-3)
+
+
+def test_image_tokens_can_follow_a_prompt_prefix():
+    """text_logits(image_at=k) gives, for each text token, the logit of the full sequence
+    [first k tokens, image tokens, the rest] at the position just before it."""
+    from components.common.tiny_models import build_tiny
+    from components.vig.model import n_image_tokens, text_logits
+
+    model = build_tiny("llava", seed=0).eval()
+    n, size = n_image_tokens(model), model.config.vision_config.image_size
+    images = torch.rand(2, 3, size, size) * 255
+    tokens = torch.randint(4, 400, (2, 9))
+    for k in (1, 4):
+        ids = torch.cat([tokens[:, :k], torch.full((2, n), model.config.image_token_index), tokens[:, k:]], 1)
+        with torch.no_grad():
+            full = model(input_ids=ids, pixel_values=pixel_values(images)).logits
+            got = text_logits(model, images, tokens, image_at=k)
+        before = [j - 1 if j < k else j - 1 + n for j in range(1, tokens.shape[1])]   # predicts token j
+        assert got.shape[1] == tokens.shape[1] - 1
+        assert torch.allclose(got, full[:, before], atol=1e-4)
+
+

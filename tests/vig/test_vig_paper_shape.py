@@ -1,27 +1,24 @@
 """vig's paper profile end to end (DVC + Prefect + MLflow) on a tiny LlavaConfig checkpoint saved
-to a tmp folder, a 5-row LLaVA-665K-layout JSON with generated images, and a POPE-layout JSONL."""
+to a tmp folder, a 5-row LLaVA-665K-layout JSON with generated images, and tiny POPE, MMBench,
+CV-Bench, DocVQA and COCO-instances (CHAIR) files in their published layouts."""
 import json
 import math
 
-import numpy as np
 import pytest
 
 from components.common.io import read_table
 from tests.paper.harness import run_paper_shape
-from tests.paper.layouts import write_jsonl
+from tests.vig import benchmark_files as files
 
 pytestmark = pytest.mark.paper_shape
 
-SHRINK = ["seeds=[0]", "paper.device=cpu", "paper.batch_size=4", "paper.max_len=64",
+SHRINK = ["seeds=[0]", "paper.device=cpu", "paper.batch_size=4", "paper.max_len=192",
+          "paper.max_new_tokens=4", "paper.caption_tokens=6", "paper.chair_images=0",
           "train.steps=2", "train.batch_size=2", "train.lr=1e-3", "paper.lora_rank=2", "vig.keep_percent=50"]
 
 
 def write_png(path, seed: int, size: int = 24):
-    from PIL import Image
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(np.random.default_rng(seed).integers(0, 256, (size, size, 3), dtype=np.uint8)).save(path)
-    return path
+    return files.write_png(path, seed, size, size)
 
 
 def write_llava_mix(root):
@@ -43,21 +40,21 @@ def write_llava_mix(root):
     return path, root / "images"
 
 
-def write_pope(root):
-    names = [f"COCO_val2014_{i:012d}.jpg" for i in range(4)]
-    for i, name in enumerate(names):
-        write_png(root / "val2014" / name, 10 + i)
-    rows = [{"question_id": i + 1, "image": name, "text": f"Is there a {obj} in the image?", "label": label}
-            for i, (name, obj, label) in enumerate(zip(names, ["dog", "cat", "car", "cup"], ["yes", "no", "yes", "no"]))]
-    return write_jsonl(root / "coco_pope_random.json", rows), root / "val2014"
+def benchmark_sets(root) -> list[str]:
+    """Every benchmark of paper.benchmarks in its layout; POPE and CHAIR share val2014/."""
+    pope, val2014 = files.write_pope(root / "coco")
+    instances, _ = files.write_coco_instances(root / "coco")
+    return [f"paper.pope_jsonl={pope}", f"paper.coco_val2014={val2014}", f"paper.coco_instances={instances}",
+            f"paper.mmbench_tsv={files.write_mmbench(root / 'mmbench' / 'mmbench_dev_20230712.tsv')}",
+            f"paper.cvbench_jsonl={files.write_cvbench(root / 'CV-Bench')}",
+            f"paper.docvqa_json={files.write_docvqa(root / 'docvqa' / 'val')}"]
 
 
 @pytest.mark.slow  # CI time (~40 s) keeps the CI run under 30 minutes; `make test-all` runs it
 def test_vig_paper_profile_on_tiny_llava(tmp_path, tiny_checkpoints):
     llava_json, image_root = write_llava_mix(tmp_path / "llava")
-    pope, pope_images = write_pope(tmp_path / "pope")
     sets = SHRINK + [f"paper.model_path={tiny_checkpoints.checkpoint('llava')}", f"data.llava_json={llava_json}",
-                     f"data.image_root={image_root}", f"paper.eval_jsonl={pope}", f"paper.eval_image_root={pope_images}"]
+                     f"data.image_root={image_root}"] + benchmark_sets(tmp_path / "bench")
     result = run_paper_shape("vig", tmp_path / "project", sets)
 
     prep = result.metrics("vig", "prepare_data")
@@ -75,11 +72,19 @@ def test_vig_paper_profile_on_tiny_llava(tmp_path, tiny_checkpoints):
     assert arms["random"]["supervised_multimodal_tokens"] == arms["vig"]["supervised_multimodal_tokens"]
     assert (result.out("vig", "train_arm", "vig-0") / "adapter" / "adapter_config.json").is_file()
     evaluate = result.metrics("vig", "evaluate")
-    assert evaluate["n_questions"] == 4
+    assert (evaluate["n_pope"], evaluate["n_mmbench"], evaluate["n_cvbench"]) == (4, 9, 6)
+    assert (evaluate["n_docvqa"], evaluate["n_chair"]) == (2, 4)
     for v in ("vanilla", "random", "vig"):
         for view in ("image", "blur"):
-            assert 0 <= evaluate[f"{v}_pope_acc_{view}"] <= 100 and 0 <= evaluate[f"{v}_pope_yes_ratio_{view}"] <= 100
-    assert "vig_minus_vanilla_pope_f1" in evaluate
+            for key in ("pope_acc", "pope_f1", "pope_yes_ratio", "mmbench_acc", "mmbench_circular_acc",
+                        "cvbench_acc", "cvbench_acc_2d", "cvbench_acc_3d"):
+                assert 0 <= evaluate[f"{v}_{key}_{view}"] <= 100, (v, key, view)
+        for key in ("docvqa_anls", "chair_s", "chair_i", "chair_recall"):
+            assert 0 <= evaluate[f"{v}_{key}_image"] <= 100, (v, key)
+        assert 0 < evaluate[f"{v}_chair_words_image"] <= 6 * 4    # at most caption_tokens tokens
+    assert "vig_minus_vanilla_pope_f1_image" in evaluate and "vig_minus_random_mmbench_circular_acc_image" in evaluate
+    answers = read_table(result.out("vig", "evaluate") / "answers-docvqa-vig-0.parquet")
+    assert answers.column_names == ["qid", "answer", "pred_image"] and answers.num_rows == 2
 
 
 def test_vig_paper_preflight_names_the_missing_key_in_one_line(tmp_path, tiny_checkpoints):
@@ -92,7 +97,16 @@ def test_vig_paper_preflight_names_the_missing_key_in_one_line(tmp_path, tiny_ch
     llava_json, image_root = write_llava_mix(tmp_path / "llava")
     paths = {"paper": {"model_path": str(tiny_checkpoints.checkpoint("llava"))},
              "data": {"llava_json": str(llava_json), "image_root": str(image_root)}}
-    with pytest.raises(PreflightError, match=r"^paper\.eval_jsonl = '' is not set"):
+    with pytest.raises(PreflightError, match=r"^paper\.pope_jsonl = '' is not set"):
+        VigConfig.for_profile("paper", paths).preflight()
+    pope, val2014 = files.write_pope(tmp_path / "coco", labels=("yes", "perhaps"))
+    paths["paper"].update(pope_jsonl=str(pope), coco_val2014=str(val2014), benchmarks=["pope"])
+    with pytest.raises(PreflightError, match=r"^paper\.pope_jsonl = .* is malformed .*record 2: field 'label'") as err:
+        VigConfig.for_profile("paper", paths).preflight()
+    assert "\n" not in str(err.value)
+    pope, val2014 = files.write_pope(tmp_path / "coco")
+    paths["paper"]["benchmarks"] = ["pope", "mme"]
+    with pytest.raises(PreflightError, match=r"^paper\.benchmarks = 'mme' names an unknown benchmark"):
         VigConfig.for_profile("paper", paths).preflight()
     paths["paper"]["model_path"] = str(tiny_checkpoints.checkpoint("llama"))
     with pytest.raises(PreflightError, match="paper.model_path .* not 'llava'"):

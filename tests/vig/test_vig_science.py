@@ -73,7 +73,7 @@ def _scene(color: str, noun: str, kind="color"):
 def test_vig_high_when_answer_needs_the_image_zero_when_text_decides(monkeypatch):
     import components.vig.model as vig_model
 
-    monkeypatch.setattr(vig_model, "text_logits", lambda model, images, tokens: model(images, tokens))
+    monkeypatch.setattr(vig_model, "text_logits", lambda model, images, tokens, image_at=1: model(images, tokens))
     oracle = _Oracle()
     # bias-conflicting: only the image can say "green" for a banana -> large positive VIG
     img, ids, mask = _scene("green", "banana")
