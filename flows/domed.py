@@ -35,7 +35,8 @@ METHOD = Method(
         Stage("train_erm", f"{M}.train:train_erm_stage",
               params=("data", "model", "optim", "baselines", "seeds"), deps=("build_domains",),
               fan_out=FOLD, resources=GPU_IN_PAPER,
-              description="Deep ensemble of ERMs on all sources (member 0 = ERM) + temperature"),
+              description=("Deep ensemble of ERMs on all sources (member 0 = ERM) + temperature, "
+                           "EoA moving averages, DiWA average")),
         Stage("teacher_predict", f"{M}.train:teacher_predict_stage",
               params=("data", "model", "seeds"),
               deps=("build_domains", "train_teachers", "train_erm"), item_deps=("train_teachers", "train_erm"),
@@ -45,7 +46,8 @@ METHOD = Method(
               params=("data", "model", "optim", "student", "seeds"),
               deps=("build_domains", "teacher_predict"), item_deps=("teacher_predict",),
               fan_out=FOLD, resources=GPU_IN_PAPER,
-              description="DomED and distillation baselines (beta=0, EnD2-only, seen-domain KD)"),
+              description=("DomED and distillation baselines (beta=0, EnD2-only, seen-domain KD); "
+                           "paper: (T, beta) chosen on source validation")),
         Stage("evaluate", f"{M}.evaluate:evaluate_stage",
               params=("data", "model", "student", "evaluation", "seeds"),
               deps=("build_domains", "train_erm", "train_student"), item_deps=("train_erm", "train_student"),

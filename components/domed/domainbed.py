@@ -6,10 +6,10 @@ ResNet, behind the same ``Split`` / ``make_model`` interfaces the digit benchmar
   folder name, which is DomainBed's environment order, so ``test_env`` i is DomainBed's i.
 - ``build_domains`` only indexes the files (path, label, domain, in/out split): DomainNet's
   586k images do not fit in a table of pixels. ``ImageFiles`` decodes the rows a batch asks for,
-  with DomainBed's pre-processing: resize to ``size`` x ``size`` and ImageNet normalisation;
-  training batches also get its augmentation (random resized crop of 70-100 % of the area, a
-  horizontal flip, brightness/contrast/saturation jitter of 0.3 and 10 % greyscale; the hue
-  jitter of torchvision is left out, see CLAIMS.md).
+  with DomainBed's pre-processing: bilinear resize to ``size`` x ``size`` and ImageNet
+  normalisation; training batches also get its augmentation (random resized crop of 70-100 % of
+  the area, a horizontal flip, brightness/contrast/saturation/hue jitter of 0.3 in a random
+  order, and 10 % greyscale), written in PIL the way torchvision's PIL backend does it.
 - ``ResNetClassifier``: ``ResNetModel`` from a local ``save_pretrained`` folder plus a linear
   head, BatchNorm statistics frozen during training (DomainBed's ``freeze_bn``).
 """
@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from components.common.preflight import PreflightError, require_checkpoint, require_dir
-from components.common.readers import image_folder, load_image
+from components.common.readers import image_folder
 
 DATASETS = ("PACS", "VLCS", "OfficeHome", "TerraIncognita", "DomainNet")
 LAYOUT = "a DomainBed root holding <dataset>/<domain>/<class>/<image> for each of data.benchmarks"
@@ -104,7 +104,7 @@ class ImageFiles:
     def __getitem__(self, rows) -> torch.Tensor:
         paths = self.paths[rows] if isinstance(rows, slice) else self.paths[np.asarray(rows).reshape(-1)]
         if self.augment_seed is None:
-            load = lambda i: load_image(str(paths[i]), self.size, IMAGENET_MEAN, IMAGENET_STD)  # noqa: E731
+            load = lambda i: plain_image(str(paths[i]), self.size)  # noqa: E731
         else:
             batch_seed = (self.augment_seed, self._batches)
             self._batches += 1
@@ -115,19 +115,53 @@ class ImageFiles:
             return torch.stack(list(pool.map(load, range(len(paths)))))
 
 
-def augmented_image(path: str, size: int, rng: np.random.Generator) -> torch.Tensor:
-    """DomainBed's training transform (without hue jitter), in PIL + torch."""
-    from PIL import Image, ImageEnhance, ImageOps
+def _open_rgb(path: str):
+    from PIL import Image
 
-    image = Image.open(path).convert("RGB")
-    image = _random_resized_crop(image, size, rng)
+    return Image.open(path).convert("RGB")
+
+
+def plain_image(path: str, size: int) -> torch.Tensor:
+    """DomainBed's evaluation transform: bilinear resize to size x size (torchvision's
+    ``Resize`` default), ImageNet normalisation."""
+    from PIL import Image
+
+    return _normalise(_open_rgb(path).resize((size, size), Image.BILINEAR))
+
+
+def augmented_image(path: str, size: int, rng: np.random.Generator) -> torch.Tensor:
+    """DomainBed's training transform, in PIL + torch."""
+    from PIL import ImageOps
+
+    image = _random_resized_crop(_open_rgb(path), size, rng)
     if rng.random() < 0.5:
         image = ImageOps.mirror(image)
-    for enhance in (ImageEnhance.Brightness, ImageEnhance.Contrast, ImageEnhance.Color):
-        image = enhance(image).enhance(rng.uniform(1 - JITTER, 1 + JITTER))
+    image = color_jitter(image, rng)
     if rng.random() < GREY_P:
         image = ImageOps.grayscale(image).convert("RGB")
     return _normalise(image)
+
+
+def color_jitter(image, rng: np.random.Generator):
+    """torchvision's ``ColorJitter(0.3, 0.3, 0.3, 0.3)``: brightness, contrast and saturation
+    factors in [0.7, 1.3] and a hue shift in [-0.3, 0.3], applied in a random order."""
+    from PIL import ImageEnhance
+
+    factors = [rng.uniform(1 - JITTER, 1 + JITTER) for _ in range(3)] + [rng.uniform(-JITTER, JITTER)]
+    enhancers = (ImageEnhance.Brightness, ImageEnhance.Contrast, ImageEnhance.Color)
+    for op in rng.permutation(4):
+        image = adjust_hue(image, factors[3]) if op == 3 else enhancers[op](image).enhance(factors[op])
+    return image
+
+
+def adjust_hue(image, shift: float):
+    """Rotate the hue channel by ``shift`` of a full turn (as torchvision's PIL ``adjust_hue``:
+    HSV, uint8 hue moved by int(shift * 255) with wrap-around, back to RGB)."""
+    from PIL import Image
+
+    h, s, v = image.convert("HSV").split()
+    hue = (np.asarray(h, dtype=np.int16) + int(shift * 255)) % 256
+    return Image.merge("HSV", (Image.fromarray(hue.astype(np.uint8), "L"), s, v)).convert("RGB")
 
 
 def _random_resized_crop(image, size: int, rng: np.random.Generator):

@@ -31,12 +31,27 @@ def score_fold(cfg, ensemble: dict, students: dict[str, dict], x, y: np.ndarray,
         "erm": reliability(member_probs[0], y, softmax_uncertainty(members[0]), bins),
         "erm_ts": reliability(softmax(erm_scaled, axis=-1), y, softmax_uncertainty(erm_scaled), bins),
         "ensemble": reliability(member_probs.mean(0), y, ensemble_uncertainty(member_probs), bins),
+        **score_weight_averages(cfg, ensemble, x, y, n_classes),
     }
     for variant, state in students.items():
         logits = predict_logits(load_models(cfg, [state], n_classes)[0], x, batch)
         alpha = dirichlet_alpha(logits, cfg.student.logit_clip).double().numpy()
         results[variant] = reliability(softmax(logits.numpy(), axis=-1), y, dirichlet_uncertainty(alpha), bins)
     return results
+
+
+def score_weight_averages(cfg, ensemble: dict, x, y: np.ndarray, n_classes: int) -> dict:
+    """EoA (the members' moving averages, ensembled on averaged probabilities like ``ensemble``)
+    and DiWA (one weight-averaged model), where ``train_erm`` built them."""
+    bins, batch, out = cfg.evaluation.ece_bins, cfg.model.predict_batch, {}
+    if "eoa_states" in ensemble:
+        logits = [predict_logits(m, x, batch).numpy() for m in load_models(cfg, ensemble["eoa_states"], n_classes)]
+        probs = softmax(np.stack(logits), axis=-1)
+        out["eoa"] = reliability(probs.mean(0), y, ensemble_uncertainty(probs), bins)
+    if "diwa_state" in ensemble:
+        logits = predict_logits(load_models(cfg, [ensemble["diwa_state"]], n_classes)[0], x, batch).numpy()
+        out["diwa"] = reliability(softmax(logits, axis=-1), y, softmax_uncertainty(logits), bins)
+    return out
 
 
 def evaluate_stage(cfg, ctx) -> None:

@@ -7,6 +7,7 @@ steps and keep the checkpoint with the best accuracy on the *source-domain* "out
 """
 from __future__ import annotations
 
+import copy
 import zlib
 
 import numpy as np
@@ -23,6 +24,7 @@ from components.domed.models import make_model, predict_logits
 
 TEACHERS, ENSEMBLE, PREDICTIONS, STUDENTS = "teachers.pt", "ensemble.pt", "predictions.pt", "students.pt"
 DIAGNOSTICS = "teacher_diagnostics.json"
+SELECTED = "selected_hparams.json"
 
 
 def run_seed(seed: int, test_env: int, role: str) -> int:
@@ -36,11 +38,16 @@ def instance_key(benchmark: str, seed: int) -> str:
 
 
 def batch_stream(n: int, batch_size: int, seed: int):
-    """Endless uniform minibatches of row positions (with reshuffling every epoch)."""
+    """Endless uniform minibatches of row positions (with reshuffling every epoch). A split
+    smaller than one batch gives all its rows, reshuffled, as every batch (dropping the short
+    last chunk would leave nothing to yield, and the stream would spin forever)."""
+    if n < 1:
+        raise ValueError("cannot draw minibatches from an empty split")
     gen = torch.Generator().manual_seed(seed)
+    full = min(batch_size, n)
     while True:
-        for chunk in torch.randperm(n, generator=gen).split(batch_size):
-            if len(chunk) == batch_size:
+        for chunk in torch.randperm(n, generator=gen).split(full):
+            if len(chunk) == full:
                 yield chunk
 
 
@@ -63,27 +70,86 @@ def training_batches(cfg, train: Split, seed: int):
     return batch_stream(len(train.y), cfg.optim.batch_size, seed)
 
 
+def cpu_state(model: torch.nn.Module) -> dict:
+    """A checkpoint kept on the CPU: a GPU copy per checkpoint would double memory."""
+    return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+
+
+class BestCheckpoint:
+    """Keeps the state with the highest validation accuracy seen so far."""
+
+    def __init__(self):
+        self.acc, self.state = -1.0, None
+
+    def offer(self, model: torch.nn.Module, acc: float) -> float:
+        if acc > self.acc:
+            self.acc, self.state = acc, cpu_state(model)
+        return acc
+
+
+class MovingAverage:
+    """EoA's simple moving average of the weights (Arpit et al. 2022): a copy of the live
+    weights until update ``start``, then after every optimiser step t >= start the running mean
+    of the weights after steps start-1 .. t. Buffers (frozen BatchNorm statistics) follow the
+    live model. Hooked on the optimiser, so the training run itself is untouched."""
+
+    def __init__(self, model: torch.nn.Module, start: int):
+        self.live, self.start, self.updates = model, int(start), 0
+        self.model = copy.deepcopy(model).eval()
+
+    @torch.no_grad()
+    def update(self, *_hook_args) -> None:
+        self.updates += 1
+        count = self.updates - self.start + 1          # weights averaged before this step's
+        for avg, live in zip(self.model.parameters(), self.live.parameters()):
+            if count < 1:
+                avg.copy_(live)
+            else:
+                avg.mul_(count / (count + 1)).add_(live.detach(), alpha=1.0 / (count + 1))
+        for avg, live in zip(self.model.buffers(), self.live.buffers()):
+            avg.copy_(live)
+
+
+def accuracy(cfg, model: torch.nn.Module, split: Split) -> float:
+    predicted = predict_logits(model, split.x, cfg.model.predict_batch).argmax(1)
+    return float((predicted == torch.as_tensor(split.y)).float().mean())
+
+
 def train_model(cfg, train: Split, val: Split, loss_fn, steps: int, seed: int, ctx=None,
-                prefix: str = "train", n_classes: int = 10) -> tuple[torch.nn.Module, float]:
+                prefix: str = "train", n_classes: int = 10, average_from: int | None = None):
     """Fit a fresh model; ``loss_fn(model, rows)`` gets positions into ``train``. Returns the
-    best checkpoint by validation accuracy and that accuracy."""
+    best checkpoint by validation accuracy and that accuracy; with ``average_from`` also the
+    best (by the same validation) moving average of the weights and its accuracy, as EoA keeps."""
     seed_everything(seed)
     model = make_model(cfg.model, cfg.data.image_size, n_classes)
-    val_y = torch.as_tensor(val.y)
-    best = {"acc": -1.0, "state": None}
+    optimizer = make_optimizer(model.parameters(), name="adam", lr=cfg.optim.lr)
+    best, best_average = BestCheckpoint(), BestCheckpoint()
+    averages = None
+    if average_from is not None:
+        averages = MovingAverage(model, average_from)
+        optimizer.register_step_post_hook(averages.update)
 
     def select(m):
-        acc = float((predict_logits(m, val.x, cfg.model.predict_batch).argmax(1) == val_y).float().mean())
-        if acc > best["acc"]:   # kept on the CPU: a GPU copy per checkpoint would double memory
-            best.update(acc=acc, state={k: v.detach().cpu().clone() for k, v in m.state_dict().items()})
-        return {f"{prefix}/val_acc": acc}
+        record = {f"{prefix}/val_acc": best.offer(m, accuracy(cfg, m, val))}
+        if averages is not None:
+            record[f"{prefix}/average_val_acc"] = best_average.offer(averages.model, accuracy(cfg, averages.model, val))
+        return record
 
-    optimizer = make_optimizer(model.parameters(), name="adam", lr=cfg.optim.lr)
-    fit(model, training_batches(cfg, train, seed), loss_fn, steps=steps,
-        optimizer=optimizer, grad_clip=cfg.optim.grad_clip, ctx=ctx, log_every=cfg.optim.eval_every,
+    fit(model, training_batches(cfg, train, seed), loss_fn, steps=steps, optimizer=optimizer,
+        schedule=cfg.optim.schedule, grad_clip=cfg.optim.grad_clip, ctx=ctx, log_every=cfg.optim.eval_every,
         eval_fn=select, eval_every=cfg.optim.eval_every, prefix=prefix)
-    model.load_state_dict(best["state"])
-    return model.eval(), best["acc"]
+    model.load_state_dict(best.state)
+    if averages is None:
+        return model.eval(), best.acc
+    averages.model.load_state_dict(best_average.state)
+    return model.eval(), best.acc, averages.model.eval(), best_average.acc
+
+
+def average_states(states: list[dict]) -> dict:
+    """DiWA's uniform weight average of several runs' checkpoints (float tensors averaged;
+    integer buffers such as BatchNorm's step counter taken from the first)."""
+    return {k: torch.stack([s[k] for s in states]).mean(0) if states[0][k].is_floating_point() else states[0][k]
+            for k in states[0]}
 
 
 def training_images(cfg, split: Split, seed: int):
@@ -145,20 +211,35 @@ def train_erm_stage(cfg, ctx) -> None:
     folds, erm_accs, temperatures = {}, [], []
     for test_env in fold_envs(cfg.data.test_envs, arrays["n_domains"]):
         train, val = source_split(arrays, test_env, "in"), source_split(arrays, test_env, "out")
-        states = []
+        states, averages = [], []
         for k in range(cfg.baselines.n_ensemble):
             model_seed = run_seed(seed, test_env, f"{benchmark}/erm{k}")
-            model, acc = train_model(cfg, train, val, cross_entropy_loss(cfg, train, model_seed), cfg.optim.steps,
-                                     model_seed, ctx, prefix=f"env{test_env}/erm{k}", n_classes=arrays["n_classes"])
+            trained = train_model(cfg, train, val, cross_entropy_loss(cfg, train, model_seed), cfg.optim.steps,
+                                  model_seed, ctx, prefix=f"env{test_env}/erm{k}", n_classes=arrays["n_classes"],
+                                  average_from=cfg.baselines.eoa_start if cfg.baselines.eoa else None)
+            model, acc = trained[:2]
             states.append(model.state_dict())
+            if cfg.baselines.eoa:
+                averages.append(trained[2].state_dict())
             if k == 0:
                 erm_accs.append(acc)
                 temperature = fit_temperature(predict_logits(model, val.x, cfg.model.predict_batch).numpy(),
                                               val.y, cfg.baselines.temperature_grid)
                 temperatures.append(temperature)
-        folds[test_env] = {"states": states, "temperature": temperature}
+        folds[test_env] = {"states": states, "temperature": temperature, **weight_averaged(cfg, states, averages)}
     save_torch(ctx.out_dir / ENSEMBLE, folds)
     ctx.write_metrics({"erm_val_acc": float(np.mean(erm_accs)), "erm_temperature": float(np.mean(temperatures))})
+
+
+def weight_averaged(cfg, states: list[dict], averages: list[dict]) -> dict:
+    """What the weight-averaging baselines need from one fold's ERM members: EoA's moving
+    averages (ensembled at evaluation) and DiWA's uniform average of the members' checkpoints."""
+    out = {}
+    if cfg.baselines.eoa:
+        out["eoa_states"] = averages
+    if cfg.baselines.diwa:
+        out["diwa_state"] = average_states(states)
+    return out
 
 
 def load_models(cfg, states: list[dict], n_classes: int = 10) -> list[torch.nn.Module]:
@@ -235,22 +316,57 @@ def student_data(fold: dict, arrays: dict, test_env: int, teachers: str, split: 
 
 
 def train_student_stage(cfg, ctx) -> None:
-    """Every distilled variant, for every test domain of this (benchmark, seed)."""
+    """Every distilled variant, for every test domain of this (benchmark, seed); where a search
+    grid is set, the (T, beta) with the best source-validation accuracy per fold."""
     benchmark, seed = instance_item(ctx)
     arrays = load_domains(ctx.inputs["build_domains"], benchmark, cfg.data)
     predictions = load_torch(ctx.inputs["teacher_predict"] / PREDICTIONS)   # this instance's item only
-    states, val_accs = {}, {}
+    states, val_accs, chosen = {}, {}, {}
     for variant in cfg.student.variants:
         states[variant] = {}
         for test_env in fold_envs(cfg.data.test_envs, arrays["n_domains"]):
-            model, acc = train_student(cfg, arrays, predictions[test_env], test_env, variant, seed, benchmark, ctx)
+            model, acc, choice = select_student(cfg, arrays, predictions[test_env], test_env, variant, seed,
+                                                benchmark, ctx)
             states[variant][test_env] = model.state_dict()
             val_accs.setdefault(variant, []).append(acc)
+            chosen.setdefault(variant, []).append(choice)
     save_torch(ctx.out_dir / STUDENTS, states)
-    ctx.write_metrics({f"{v}/val_acc": float(np.mean(a)) for v, a in val_accs.items()})
+    metrics = {f"{v}/val_acc": float(np.mean(a)) for v, a in val_accs.items()}
+    if searching(cfg.student):
+        write_json_atomic(ctx.out_dir / SELECTED, chosen)
+        metrics.update({f"{v}/selected_{k}": float(np.mean([c[k] for c in cs])) for v, cs in chosen.items()
+                        for k in ("temperature", "beta")})
+    ctx.write_metrics(metrics)
 
 
-def train_student(cfg, arrays, fold, test_env, variant, seed, benchmark, ctx):
+def searching(student) -> bool:
+    return bool(student.search_temperatures or student.search_betas)
+
+
+def search_grid(student, spec) -> list[dict]:
+    """The (T, beta) candidates of one variant: the grid where set, else the fixed values. beta
+    is searched only where it weighs L_Dir against L_S (domed): the beta = 0 ablation stays one,
+    and end2_only's lone L_Dir would only be rescaled."""
+    temperatures = student.search_temperatures or [student.temperature]
+    decoupled = spec.dirichlet_weight and spec.distill_weight
+    betas = student.search_betas if student.search_betas and decoupled else [spec.dirichlet_weight]
+    return [{"temperature": t, "beta": b} for t in temperatures for b in betas]
+
+
+def select_student(cfg, arrays, fold, test_env, variant, seed, benchmark, ctx):
+    """Train every candidate of the variant's grid (same seed: same init and batches) and keep
+    the one with the best source-validation accuracy (the first on ties)."""
+    best = None
+    for choice in search_grid(cfg.student, cfg.student.specs[variant]):
+        tag = f"/T{choice['temperature']:g}_beta{choice['beta']:g}" if searching(cfg.student) else ""
+        model, acc = train_student(cfg, arrays, fold, test_env, variant, seed, benchmark, ctx, tag=tag, **choice)
+        if best is None or acc > best[1]:
+            best = (model, acc, choice)
+    return best
+
+
+def train_student(cfg, arrays, fold, test_env, variant, seed, benchmark, ctx, temperature: float, beta: float,
+                  tag: str = ""):
     spec, student = cfg.student.specs[variant], cfg.student
     train, teacher_logits, mask = student_data(fold, arrays, test_env, spec.teachers, "in")
     val = source_split(arrays, test_env, "out")
@@ -259,9 +375,9 @@ def train_student(cfg, arrays, fold, test_env, variant, seed, benchmark, ctx):
 
     def loss_fn(model, rows):
         return student_loss(model(take(x, rows)), teacher_logits[rows], mask[rows], y[rows],
-                            distill_weight=spec.distill_weight, dirichlet_weight=spec.dirichlet_weight,
-                            label_weight=spec.label_weight, temperature=student.temperature,
+                            distill_weight=spec.distill_weight, dirichlet_weight=beta,
+                            label_weight=spec.label_weight, temperature=temperature,
                             clip=student.logit_clip, floor=student.prob_floor)
 
     return train_model(cfg, train, val, loss_fn, cfg.optim.steps, model_seed, ctx,
-                       prefix=f"env{test_env}/{variant}", n_classes=arrays["n_classes"])
+                       prefix=f"env{test_env}/{variant}{tag}", n_classes=arrays["n_classes"])

@@ -121,3 +121,39 @@ def test_heavy_stages_ask_for_a_gpu_in_the_paper_profile_only():
     # downstream instances depend on their own (benchmark, seed) item, not every instance's folder
     assert METHOD.stage("teacher_predict").item_deps == ("train_teachers", "train_erm")
     assert METHOD.stage("evaluate").item_deps == ("train_erm", "train_student")
+
+
+def test_evaluation_decode_is_domainbeds_bilinear_resize(root):
+    # was the shared load_image's bicubic resize; DomainBed's Resize((224, 224)) is bilinear
+    from PIL import Image
+
+    path = domainbed.index_dataset(str(root), "PACS", 0.2, seed=0)["path"][0]
+    image = Image.open(path).convert("RGB").resize((24, 24), Image.BILINEAR)
+    pixels = torch.from_numpy(np.asarray(image, dtype=np.float32) / 255.0).permute(2, 0, 1)
+    mean, std = (torch.tensor(v).view(3, 1, 1) for v in (domainbed.IMAGENET_MEAN, domainbed.IMAGENET_STD))
+    decoded = domainbed.ImageFiles(np.array([path]), size=24, threads=1)[np.array([0])][0]
+    torch.testing.assert_close(decoded, (pixels - mean) / std)
+
+
+def test_hue_shift_rotates_hue_and_a_zero_shift_keeps_the_image():
+    from PIL import Image
+
+    red = Image.new("RGB", (4, 4), (255, 0, 0))
+    assert np.asarray(domainbed.adjust_hue(red, 0.0))[0, 0].tolist() == [255, 0, 0]
+    green = np.asarray(domainbed.adjust_hue(red, 1 / 3))[0, 0]           # a third of a turn: red -> green
+    assert green[1] > 200 and green[0] < 60 and green[2] < 60
+    blue = np.asarray(domainbed.adjust_hue(red, -1 / 3))[0, 0]           # negative shifts wrap around
+    assert blue[2] > 200 and blue[0] < 60 and blue[1] < 60
+
+
+def test_color_jitter_draws_all_four_factors_and_varies_hue():
+    from PIL import Image
+
+    red = Image.new("RGB", (4, 4), (200, 40, 40))
+    hues = set()
+    for seed in range(20):
+        jittered = domainbed.color_jitter(red, np.random.default_rng(seed))
+        hues.add(int(np.asarray(jittered.convert("HSV"))[0, 0, 0]))
+    assert len(hues) > 10                                               # hue jitter is on
+    again = [domainbed.color_jitter(red, np.random.default_rng(3)) for _ in range(2)]
+    assert np.array_equal(np.asarray(again[0]), np.asarray(again[1]))

@@ -5,18 +5,19 @@ import math
 
 import pytest
 
-from components.common.io import load_torch
-from components.domed.train import PREDICTIONS, TEACHERS
+from components.common.io import load_torch, read_json
+from components.domed.train import ENSEMBLE, PREDICTIONS, SELECTED, TEACHERS
 from tests.paper.harness import run_paper_shape
 from tests.paper.layouts import write_image_folder
 
 pytestmark = [pytest.mark.paper_shape, pytest.mark.slow]
 
 DOMAINS, CLASSES = ["art_painting", "cartoon", "photo"], ["dog", "guitar", "house"]
-METHODS = ("erm", "erm_ts", "ensemble", "domed", "domed_beta0", "end2_only", "kd_seen")
+METHODS = ("erm", "erm_ts", "ensemble", "eoa", "diwa", "domed", "domed_beta0", "end2_only", "kd_seen")
 SHRINK = ["seeds=[0]", "data.benchmarks=[PACS]", "data.image_size=32", "data.loader_threads=2",
           "model.device=cpu", "model.predict_batch=16", "optim.batch_size=4", "optim.teacher_steps=2",
-          "optim.steps=3", "optim.eval_every=1", "baselines.n_ensemble=2"]
+          "optim.steps=3", "optim.eval_every=1", "baselines.n_ensemble=2", "baselines.eoa_start=2",
+          "student.search_temperatures=[1.0,2.0]", "student.search_betas=[0.05,0.1]"]
 
 
 def test_domed_paper_profile_on_tiny_resnet_and_domainbed_layout(tmp_path, tiny_checkpoints):
@@ -38,6 +39,12 @@ def test_domed_paper_profile_on_tiny_resnet_and_domainbed_layout(tmp_path, tiny_
     assert pred["unseen"]["logits"].shape[1:] == (2, 3)
     for d, row in zip(pred["domain"].tolist(), pred["unseen"]["mask"].tolist()):
         assert row == [d not in tau for tau in pred["unseen"]["teachers"]]
+
+    ensemble = load_torch(result.out("domed", "train_erm", "PACS-0") / ENSEMBLE)[0]
+    assert len(ensemble["eoa_states"]) == 2 and set(ensemble["diwa_state"]) == set(ensemble["states"][0])
+    selected = read_json(result.out("domed", "train_student", "PACS-0") / SELECTED)
+    assert len(selected["domed"]) == 3 and all(c["beta"] in (0.05, 0.1) for c in selected["domed"])
+    assert all(c["beta"] == 0.0 for c in selected["domed_beta0"])
 
     aggregate = result.metrics("domed", "aggregate")
     assert aggregate["PACS/folds"] == 3

@@ -5,7 +5,7 @@ import pytest
 
 pytestmark = pytest.mark.smoke
 
-METHODS = ("erm", "erm_ts", "ensemble", "domed", "domed_beta0", "end2_only", "kd_seen")
+METHODS = ("erm", "erm_ts", "ensemble", "eoa", "domed", "domed_beta0", "end2_only", "kd_seen")
 TEST_ENV = 5  # smoke: one test domain per benchmark, seed 0
 
 
