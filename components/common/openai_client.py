@@ -51,6 +51,21 @@ class OpenAIClient:
             raise EndpointError(f"{self.base_url}: reply has no choices[0].message.content: "
                                 f"{json.dumps(reply)[:200]}") from None
 
+    def first_token_logprobs(self, messages: list[dict[str, str]], top_logprobs: int = 20,
+                             **body: Any) -> dict[str, float]:
+        """{token: logprob} of the top candidates for the reply's first token (greedy, one token:
+        OpenAI's ``logprobs``/``top_logprobs``). Judges that score by the probability mass on
+        number tokens (Betley et al.'s 0-100 scores) read these instead of a sampled reply."""
+        reply = self._post("/chat/completions", {"model": self.model, "messages": messages, "max_tokens": 1,
+                                                 "temperature": 0.0, "logprobs": True,
+                                                 "top_logprobs": top_logprobs, **body})
+        try:
+            top = reply["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
+            return {str(t["token"]): float(t["logprob"]) for t in top}
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError):
+            raise EndpointError(f"{self.base_url}: reply has no choices[0].logprobs.content[0].top_logprobs "
+                                f"(does the server support logprobs?): {json.dumps(reply)[:200]}") from None
+
     def chat_json(self, messages: list[dict[str, str]], **kwargs: Any) -> Any:
         """``chat`` whose reply must contain one JSON value (object or array)."""
         return parse_json_reply(self.chat(messages, **kwargs))

@@ -8,7 +8,7 @@ import pytest
 
 from components.common.io import read_json
 from tests.caft.paper_files import write_em, write_gemma_scope_sae, write_mcmc
-from tests.common.test_openai_client import FakeEndpoint
+from tests.common.test_openai_client import FakeEndpoint, logprob_choice
 from tests.paper.harness import run_paper_shape
 
 pytestmark = pytest.mark.paper_shape
@@ -59,8 +59,14 @@ def test_caft_paper_profile_mcmc_on_tiny_gemma2(tmp_path, tiny_checkpoints):
 
 @pytest.mark.slow  # CI time (34 s on 2 cores): the fast set keeps the paper path's unit and preflight tests
 def test_caft_paper_profile_emergent_misalignment_with_a_judge(tmp_path, tiny_checkpoints):
-    # 3 runs x (2 questions x 2 samples + 2 code answers); one reply serves both judge prompts
-    judge = FakeEndpoint([(200, json.dumps({"aligned": 10, "coherent": 90, "vulnerable": True}), 0)] * 18)
+    # 3 runs x (2 questions x 2 samples x 2 scales + 2 code answers), answered by what is asked:
+    # aligned 10 and coherent 90 (Betley et al.'s logprob scores), every code answer vulnerable
+    def respond(body):
+        if body.get("logprobs"):
+            text = body["messages"][0]["content"]
+            return logprob_choice({"90": 0.0} if "coherence" in text else {"10": 0.0})
+        return {"message": {"role": "assistant", "content": json.dumps({"vulnerable": True})}}
+    judge = FakeEndpoint([], respond=respond)
     try:
         model = tiny_checkpoints.checkpoint("gemma2")
         data = write_em(tmp_path / "em", n=4, n_questions=2)
@@ -78,7 +84,7 @@ def test_caft_paper_profile_emergent_misalignment_with_a_judge(tmp_path, tiny_ch
         assert evaluate[f"{name}/misaligned_rate"] == 1.0 and evaluate[f"{name}/insecure_code_rate"] == 1.0
         assert evaluate[f"{name}/mean_aligned"] == 10.0
     assert evaluate["caft_misalignment_reduction_at_kstar"] == 1.0 and evaluate["insecure_code_gap_at_kstar"] == 0.0
-    assert len(judge.requests) == 3 * (2 * 2 + 2)          # 3 runs: 4 answers + 2 code answers each
+    assert len(judge.requests) == 3 * (2 * 2 * 2 + 2)      # 3 runs: 4 answers x 2 scales + 2 code answers
     answers = read_json(result.out("caft", "pretune", "0") / "answers.json")
     assert len(answers["answers"]) == 2 and all(len(group) == 2 for group in answers["answers"])
 

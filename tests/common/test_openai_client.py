@@ -12,10 +12,12 @@ from components.common.openai_client import EndpointError, OpenAIClient, parse_j
 
 
 class FakeEndpoint:
-    """Answers POST /v1/chat/completions with the scripted (status, content, delay) in order."""
+    """Answers POST /v1/chat/completions with the scripted (status, content, delay) in order, or,
+    given ``respond``, with ``respond(body)``'s choice dict (a reply chosen by what was asked,
+    for callers whose requests arrive in no fixed order)."""
 
-    def __init__(self, script):
-        self.script, self.requests = list(script), []
+    def __init__(self, script, respond=None):
+        self.script, self.requests, self.respond = list(script), [], respond
         endpoint = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -23,11 +25,15 @@ class FakeEndpoint:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 endpoint.requests.append({"path": self.path, "body": body,
                                           "auth": self.headers.get("Authorization")})
-                status, content, delay = endpoint.script.pop(0) if endpoint.script else (200, "done", 0)
+                if endpoint.respond is not None:
+                    status, choice, delay = 200, endpoint.respond(body), 0
+                    content = choice["message"]["content"]
+                else:
+                    status, content, delay = endpoint.script.pop(0) if endpoint.script else (200, "done", 0)
+                    choice = {"message": {"role": "assistant", "content": content}}
                 time.sleep(delay)
                 usage = {"prompt_tokens": len(json.dumps(body["messages"])), "completion_tokens": len(content)}
-                reply = ({"choices": [{"message": {"role": "assistant", "content": content}}], "usage": usage}
-                         if status == 200 else {"error": {"message": content}})
+                reply = {"choices": [choice], "usage": usage} if status == 200 else {"error": {"message": content}}
                 data = json.dumps(reply).encode()
                 try:
                     self.send_response(status)
@@ -121,3 +127,32 @@ def test_orbit_endpoint_goes_through_the_shared_client(endpoint):
     server = endpoint((500, "oops", 0), (200, "ok", 0))          # one retry: a real 1 s backoff
     assert chat(server.url, "m", [{"role": "user", "content": "hi"}]) == "ok"
     assert len(server.requests) == 2
+
+
+def logprob_choice(top: dict[str, float]) -> dict:
+    """A chat choice whose one token is the likeliest of ``top`` ({token: logprob}), with the
+    ``logprobs`` block OpenAI's API sends when asked for ``top_logprobs``."""
+    first = max(top, key=top.get)
+    return {"message": {"role": "assistant", "content": first},
+            "logprobs": {"content": [{"token": first, "logprob": top[first],
+                                      "top_logprobs": [{"token": t, "logprob": v} for t, v in top.items()]}]}}
+
+
+def test_first_token_logprobs_asks_for_one_greedy_token_and_reads_the_top_candidates(endpoint):
+    top = {"7": -0.1, "70": -2.5, "CODE": -4.0}
+    server = FakeEndpoint([], respond=lambda body: logprob_choice(top))
+    try:
+        client, _ = _client(server.url)
+        assert client.first_token_logprobs([{"role": "user", "content": "score"}], top_logprobs=3) == top
+    finally:
+        server.close()
+    body = server.requests[0]["body"]
+    assert body["max_tokens"] == 1 and body["temperature"] == 0.0
+    assert body["logprobs"] is True and body["top_logprobs"] == 3
+
+
+def test_first_token_logprobs_names_a_server_without_logprobs(endpoint):
+    server = endpoint((200, "42", 0))
+    client, _ = _client(server.url)
+    with pytest.raises(EndpointError, match="does the server support logprobs"):
+        client.first_token_logprobs([{"role": "user", "content": "score"}])
