@@ -207,7 +207,7 @@ def test_image_grid_runs_the_oracle_arm_and_the_multistep_solvers(tmp_path):
     stage = METHOD.stage("sample_digits")
     for solver in ("unipc",):
         cfg = SteindiffConfig.for_profile("paper", {
-            "paper": {**paths, "n_images": 4, "batch_size": 2, "device": "cpu"},
+            "paper": {**paths, "n_images": 2, "batch_size": 1, "device": "cpu"},
             "sample": {"solvers": [solver], "steps": [3], "corrections": ["none", "oracle"],
                        "oracle": {"solvers": [solver], "digits_steps": [3],
                                   "digits_substeps": 2}}})
@@ -220,4 +220,4 @@ def test_image_grid_runs_the_oracle_arm_and_the_multistep_solvers(tmp_path):
         inner = gammas[gammas.sigma_next > 0]
         assert len(inner) == 2 * 2 and inner.gamma_oracle.map(math.isfinite).all()
         assert (gammas[gammas.sigma_next == 0].gamma == 1.0).all()
-        assert np.load(out / "samples" / "N3_oracle.npy").shape == (4, 16, 16, 3)
+        assert np.load(out / "samples" / "N3_oracle.npy").shape == (2, 16, 16, 3)
