@@ -19,13 +19,14 @@ import numpy as np
 import torch
 
 from components.common.devices import resolve_device, resolve_dtype
-from components.common.diffusion import make_sigmas, nfe
+from components.common.diffusion import make_sigmas
 from components.common.io import write_json_atomic, write_table
 from components.common.seeds import seed_everything
 from components.steindiff.features import FeatureModel, reference_features
 from components.steindiff.pretrained import (load_autoencoder, load_unet_denoiser, resolve_layout,
                                              to_uint8_images)
 from components.steindiff.quality import feature_stats, frechet_from_stats
+from components.steindiff.solvers import nfe
 
 DATASET = "images"
 

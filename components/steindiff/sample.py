@@ -11,10 +11,11 @@ import time
 
 import torch
 
-from components.common.diffusion import make_sigmas, nfe, sample_ode
+from components.common.diffusion import make_sigmas
 from components.common.io import write_json_atomic, write_table
 from components.common.seeds import seed_everything
 from components.steindiff.data import load_mixture, save_npy
+from components.steindiff.solvers import nfe, solve
 from components.steindiff.stein import SteinSettings, sample_oracle, sample_steindiff
 from components.steindiff.train import load_denoiser
 from components.steindiff.threads import torch_threads
@@ -45,7 +46,7 @@ def oracle_substeps(sample, dataset: str, solver: str, n_steps: int) -> int:
 def run_trajectory(denoise, x, sigmas, solver: str, correction: str, arms: dict, seed: int,
                    substeps: int, log_oracle: bool):
     if correction == "none":
-        return sample_ode(denoise, x, sigmas, solver), []
+        return solve(denoise, x, sigmas, solver), []
     if correction in arms:
         return sample_steindiff(denoise, x, sigmas, solver, arms[correction], probe_seed=seed,
                                 oracle_substeps=substeps if log_oracle else 0)

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 
 import torch
 
-from components.common.diffusion import SOLVERS, Denoiser, detach_state
+from components.common.diffusion import Denoiser
+from components.steindiff.solvers import SOLVERS, detach_state, start_state
 
 
 @dataclass(frozen=True)
@@ -159,7 +160,7 @@ def _trajectory(denoise: Denoiser, x: torch.Tensor, sigmas: torch.Tensor, solver
     """Run the solver with ``corrected_step(x, σ, σ_next, state) -> (x, state, record)`` on
     every step but the final jump to the data, which no arm corrects (no coupling there)."""
     sig = [float(s) for s in sigmas]
-    state, records = None, []
+    state, records = start_state(solver, sig), []
     for k, (sigma, sigma_next) in enumerate(zip(sig[:-1], sig[1:])):
         if sigma_next == 0:
             with torch.no_grad():

@@ -20,6 +20,7 @@ SHRINK = [
     "evaluate.n_projections=32", "evaluate.mmd_max_points=100",
 ]
 ARMS = ("none", "stein", "stein_stepwise")
+PAPER_SOLVERS = ("heun", "dpmpp2m", "dpmpp3m", "unipc")   # the paper's baselines
 
 
 def test_steindiff_paper_profile_on_tiny_unet_and_reference_images(tmp_path, tiny_checkpoints):
@@ -44,13 +45,14 @@ def test_steindiff_paper_profile_on_tiny_unet_and_reference_images(tmp_path, tin
     metrics = read_table(result.out("steindiff", "evaluate") / "metrics.parquet").to_pandas()
     rows = metrics[metrics.dataset == "images"]
     assert set(zip(rows.solver, rows.steps, rows.correction)) == {
-        (s, n, c) for s in ("heun", "dpmpp2m") for n in (2, 3) for c in ARMS}
+        (s, n, c) for s in PAPER_SOLVERS for n in (2, 3) for c in ARMS}
     assert rows.fd.map(math.isfinite).all() and (rows.fd >= 0).all()
     assert set(metrics.dataset) == {"mixture", "images"}      # the digits arm is replaced
 
     report = result.metrics("steindiff", "report")
     for arm in ("stein", "stein_stepwise"):
         assert math.isfinite(report[f"images_fd_ratio_{arm}_heun_N2"])
-        assert 0 <= report[f"images_clip_frac_{arm}_dpmpp2m_N3"] <= 1
+        for solver in PAPER_SOLVERS:
+            assert 0 <= report[f"images_clip_frac_{arm}_{solver}_N3"] <= 1
     assert "C1_ratio_N3" in report                             # the mixture instrument still runs
     assert "## images: fd" in (result.out("steindiff", "report") / "report.md").read_text()
