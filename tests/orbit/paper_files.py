@@ -12,6 +12,7 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Callable
 
 from tests.paper.layouts import write_jsonl
 
@@ -69,10 +70,12 @@ def answer(prompt: str) -> str:
     return json.dumps({"explanation": "fixed by hash", "criteria_met": verdict(prompt)})
 
 
-class FakeJudgeServer:
-    """POST /v1/chat/completions -> a chat reply; every request body is kept."""
+class FakeChatServer:
+    """POST /v1/chat/completions -> a chat reply whose content is ``answer(last message)``;
+    every request body is kept. (Generic: tests/fif and tests/common carry the same pattern; it
+    could move to tests/paper as the shared fake endpoint.)"""
 
-    def __init__(self):
+    def __init__(self, answer: Callable[[str], str]):
         self.requests: list[dict] = []
         server = self
 
@@ -102,3 +105,8 @@ class FakeJudgeServer:
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def fake_judge_server() -> FakeChatServer:
+    """orbit's rubric generator + rubric judge endpoint."""
+    return FakeChatServer(answer)

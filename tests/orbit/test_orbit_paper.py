@@ -11,7 +11,7 @@ from components.common.readers import DatasetError
 from components.orbit.config import OrbitConfig
 from components.orbit.data import healthbench_records, read_healthbench_jsonl
 from components.orbit.grpo import Case, ItemJudge, RewardSettings, RubricReward
-from tests.orbit.paper_files import FakeJudgeServer, healthbench_row, write_healthbench
+from tests.orbit.paper_files import fake_judge_server, healthbench_row, write_healthbench
 from tests.paper.layouts import write_jsonl
 
 
@@ -139,7 +139,7 @@ def test_fake_judge_server_answers_generation_and_grading_prompts():
     from components.orbit.healthbench import OpenAIJudge
     from components.orbit.rubrics import OpenAIGenerator, validate_rubric
 
-    server = FakeJudgeServer()
+    server = fake_judge_server()
     try:
         row = healthbench_row(0)
         items = OpenAIGenerator(server.url, "m").generate(row["prompt"], [row["rubrics"]], [1.0])

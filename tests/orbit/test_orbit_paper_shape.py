@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.orbit.paper_files import FakeJudgeServer, write_healthbench
+from tests.orbit.paper_files import fake_judge_server, write_healthbench
 from tests.paper.harness import run_paper_shape
 
 pytestmark = [pytest.mark.paper_shape, pytest.mark.slow]   # tens of seconds: CI is at its time limit
@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.paper_shape, pytest.mark.slow]   # tens of seconds: CI
 
 @pytest.fixture
 def judge_server():
-    server = FakeJudgeServer()
+    server = fake_judge_server()
     yield server
     server.close()
 
