@@ -1,6 +1,7 @@
 """Stage grpo_train (fan-out variant x seed): GRPO from the base policy at one fixed budget,
-through the shared TRL path (``components.common.lm_rl.grpo_train``; transformers rollouts:
-vLLM is not installed here, so ``use_vllm`` stays off).
+through the shared TRL path (``components.common.lm_rl.grpo_train``). Paper profile: TRL's vLLM
+rollouts when vLLM and a GPU are present (vLLM is not installed in this project, so that path
+is untested and rollouts are transformers ``generate``).
 
 Variants: ``orbit_review`` (case rubrics, stochastic_review curriculum), ``orbit_admission``
 (case rubrics, curriculum_admission), ``orbit_all`` (case rubrics, every item in the reward),
@@ -16,6 +17,7 @@ import numpy as np
 import torch
 
 from components.common.io import read_json, read_table, write_table
+from components.common.generation import vllm_available
 from components.common.lm_rl import grpo_train
 from components.common.seeds import seed_everything
 from components.orbit.grpo import Case, RewardSettings, RubricReward, item_judge
@@ -62,7 +64,7 @@ def grpo_train_stage(cfg, ctx) -> None:
                             group_size=g.group_size, prompts_per_step=g.prompts_per_step,
                             max_new_tokens=policy.max_response, lr=g.lr, beta=0.0, temperature=g.temperature,
                             seed=seed, loss_type="dapo", epsilon=g.clip_low, epsilon_high=g.clip_high,
-                            top_p=g.top_p)
+                            top_p=g.top_p, use_vllm=policy.style == "text" and vllm_available())
     policy.model = result.model.eval()
     for step, rec in enumerate(reward.records, 1):
         ctx.log_metrics({f"grpo/{k}": v for k, v in rec.items()}, step)
