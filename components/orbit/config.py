@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 from components.common.config import MethodConfig, Section
-from components.common.preflight import PreflightError, require_checkpoint, require_file, require_tokenizer
 
 
 class Cases(Section):
@@ -197,6 +196,7 @@ class OrbitConfig(MethodConfig):
         return self.rubrics.generator != "template"
 
     def _paper_paths(self) -> None:
+        from components.common.preflight import PreflightError, require_checkpoint, require_file, require_tokenizer
         from components.orbit.data import validate_healthbench_file
 
         if self.cases.source != "healthbench_jsonl":
