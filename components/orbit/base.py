@@ -1,7 +1,11 @@
 """Stage train_base: the "base model" — a tiny Qwen3-architecture causal LM (built from
 ``Qwen3Config`` by ``components.common.tiny_models``) with a word-level tokenizer over the
 synthetic world, pre-trained here on mediocre, case-independent replies (mostly filler, some
-generic advice, a sprinkle of every other statement), so it scores low and RL has room."""
+generic advice, a sprinkle of every other statement), so it scores low and RL has room.
+
+Paper profile: the base is the user's instruction-tuned checkpoint (Qwen3-4B-Instruct-2507 in
+``paper.policy_path``), used as it is: the stage checks that it loads and generates, and writes a
+reference to it (not an 8 GB copy) with the free-text reply style."""
 from __future__ import annotations
 
 import json
@@ -66,11 +70,29 @@ def base_policy(p, train_prompts: list[list[dict]], vocab_prompts: list[list[dic
     return LMPolicy(model, tok, p.max_response)
 
 
+def paper_base_stage(cfg, ctx) -> None:
+    """Reference the paper's checkpoint; load it once on its device and answer one training
+    prompt, so a broken checkpoint fails here rather than in the filter."""
+    from components.orbit.lm_policy import load_lm_policy, write_policy_ref
+
+    folder = ctx.out_dir / "policy"
+    write_policy_ref(folder, cfg.policy.max_response, "text", cfg.paper.device, source=cfg.paper.policy_path)
+    policy = load_lm_policy(folder)
+    cases = read_table(ctx.inputs["build_cases"] / "cases.parquet").to_pylist()
+    prompt = next(json.loads(c["prompt"]) for c in cases if c["split"] == "train")
+    torch.manual_seed(cfg.policy.seed)
+    policy.max_response = min(policy.max_response, 16)       # a probe, not a rollout
+    probe = policy.sample([prompt], 1, temperature=0.0)[0]
+    ctx.write_metrics({"n_params": int(sum(t.numel() for t in policy.model.parameters())),
+                       "vocab_size": len(policy.tokenizer), "architecture": type(policy.model).__name__,
+                       "device": str(next(policy.model.parameters()).device),
+                       "dtype": str(next(policy.model.parameters()).dtype), "probe_chars": len(probe)})
+
+
 def train_base_stage(cfg, ctx) -> None:
     p = cfg.policy
     if cfg.paper.enabled:
-        raise NotImplementedError("orbit: the paper profile's policy (paper.policy_path) is not wired "
-                                  "into train_base yet; only the small / smoke profiles run")
+        return paper_base_stage(cfg, ctx)
     torch.set_num_threads(1)
     seed_everything(p.seed)
     cases = read_table(ctx.inputs["build_cases"] / "cases.parquet").to_pylist()

@@ -35,6 +35,7 @@ class Endpoint(Section):
     base_url: str = ""
     model: str = ""
     api_key_env: str = "OPENAI_API_KEY"
+    concurrency: int = 8            # judge calls in flight at once (paper scale: thousands per step)
 
 
 class Rubrics(Section):
@@ -94,6 +95,12 @@ class GRPO(Section):
     weight_power: float = 1.0
 
 
+class Judge(Section):
+    """The training-time rubric judge (difficulty filter and GRPO reward) for free-text items;
+    items with a JSON predicate (the small profile's) are checked by rule and never sent."""
+    endpoint: Endpoint = Endpoint()
+
+
 class Evaluate(Section):
     repeats: int = 2                # sampled replies per held-out example (simple-evals n_repeats)
     temperature: float = 0.7
@@ -122,6 +129,12 @@ class Paper(Section):
     seed_jsonl: str = ""            # HealthBench without the Hard subset (retrieval pool)
     eval_jsonl: str = ""            # HealthBench-Hard
     policy_path: str = ""           # Qwen3-4B-Instruct-2507 (local HF folder)
+    device: str = "auto"            # CUDA (bf16) when visible, else CPU
+
+
+POLICY_LAYOUT = ("a save_pretrained folder of the policy, e.g. Qwen3-4B-Instruct-2507 "
+                 "(config.json + model.safetensors + tokenizer.json)")
+JSONL_LAYOUT = "a HealthBench JSONL file (one row per line: prompt, rubrics[criterion, points, tags])"
 
 
 class OrbitConfig(MethodConfig):
@@ -130,6 +143,7 @@ class OrbitConfig(MethodConfig):
     rubrics: Rubrics = Rubrics()
     policy: PolicySection = PolicySection()
     filter: Filter = Filter()
+    judge: Judge = Judge()
     grpo: GRPO = GRPO()
     evaluate: Evaluate = Evaluate()
     agreement: Agreement = Agreement()
@@ -146,6 +160,10 @@ class OrbitConfig(MethodConfig):
         "agreement": {"max_train_examples": 40},
     }
     PAPER: ClassVar[dict] = {
+        # repo configs/training.json: n = 8, train batch 64, lr 1e-6, clip 0.2 / 0.28, response
+        # <= 8192 tokens with a 4096-token overlong buffer; 2k prompts x 16 epochs / 64 = 500 steps.
+        # One seed at this scale (each GRPO run is tens of GPU-hours); more by --set seeds=[...].
+        "seeds": [3],
         "cases": {"source": "healthbench_jsonl"},
         "rubrics": {"generator": "openai"},
         "policy": {"max_response": 8192},
@@ -156,20 +174,44 @@ class OrbitConfig(MethodConfig):
 
     def preflight(self) -> None:
         if self.paper.enabled:
-            self._need_path("paper.policy_path", self.paper.policy_path)
-            for key in ("train_jsonl", "seed_jsonl", "eval_jsonl"):
-                self._need_path(f"paper.{key}", getattr(self.paper, key))
-        for key, ep in (("rubrics.endpoint", self.rubrics.endpoint), ("evaluate.endpoint", self.evaluate.endpoint)):
-            used = (key.startswith("rubrics") and self.rubrics.generator == "openai") or \
-                   (key.startswith("evaluate") and self.evaluate.judge == "openai")
-            if used and not (ep.base_url and ep.model):
-                raise ValueError(f"orbit: {key}.base_url and {key}.model must name an OpenAI-compatible "
-                                 "endpoint (e.g. a local vLLM server) for this profile")
-        if self.rubrics.generator == "lm":
-            self._need_path("rubrics.lm_path", self.rubrics.lm_path)
-        if self.rubrics.generator != "template" and self.evaluate.judge == "rule":
+            self._paper_paths()
+        if self.free_text_rubrics and self.evaluate.judge == "rule":
             raise ValueError("orbit: generated free-text rubrics have no checkable predicates; set "
                              "evaluate.judge = openai (the rule judge needs rubrics.generator = template)")
+        used = {"rubrics.endpoint": self.rubrics.generator == "openai",
+                "judge.endpoint": self.free_text_rubrics,
+                "evaluate.endpoint": self.evaluate.judge == "openai"}
+        for key, ep in (("rubrics.endpoint", self.rubrics.endpoint), ("judge.endpoint", self.judge.endpoint),
+                        ("evaluate.endpoint", self.evaluate.endpoint)):
+            if used[key] and not (ep.base_url and ep.model):
+                missing = f"{key}.base_url" if not ep.base_url else f"{key}.model"
+                raise ValueError(f"orbit: {missing} is not set; {key}.base_url and {key}.model must name an "
+                                 "OpenAI-compatible endpoint (e.g. a local vLLM server) for this profile")
+        if self.rubrics.generator == "lm":
+            self._need_path("rubrics.lm_path", self.rubrics.lm_path)
+
+    @property
+    def free_text_rubrics(self) -> bool:
+        """Generated items are free text (no JSON predicate): the training judge grades them."""
+        return self.rubrics.generator != "template"
+
+    def _paper_paths(self) -> None:
+        from components.common.preflight import PreflightError, require_checkpoint, require_file, require_tokenizer
+        from components.orbit.data import validate_healthbench_file
+
+        if self.cases.source != "healthbench_jsonl":
+            raise ValueError("orbit: paper.enabled needs cases.source = healthbench_jsonl (a paper profile "
+                             "never runs the synthetic world)")
+        if self.rubrics.generator == "template":
+            raise ValueError("orbit: rubrics.generator = template writes predicates over the synthetic world's "
+                             "statements; the paper profile needs rubrics.generator = openai (or lm)")
+        require_checkpoint("paper.policy_path", self.paper.policy_path, POLICY_LAYOUT)
+        require_tokenizer("paper.policy_path", self.paper.policy_path, POLICY_LAYOUT)
+        for key in ("train_jsonl", "seed_jsonl", "eval_jsonl"):
+            path = require_file(f"paper.{key}", getattr(self.paper, key), JSONL_LAYOUT)
+            problem = validate_healthbench_file(str(path), need_rubrics=key != "train_jsonl")
+            if problem:
+                raise PreflightError(f"paper.{key}", getattr(self.paper, key), JSONL_LAYOUT, f"is malformed ({problem})")
 
     @staticmethod
     def _need_path(key: str, value: str) -> None:

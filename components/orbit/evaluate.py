@@ -37,21 +37,31 @@ def variant_of(name: str) -> str:
     return name if name == "base" else name.rsplit("-", 1)[0]
 
 
+def judge_map(fn, jobs: list, workers: int) -> list:
+    """``fn`` over ``jobs`` in order; an endpoint judge runs ``workers`` examples at once."""
+    if workers <= 1:
+        return [fn(job) for job in jobs]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(fn, jobs))
+
+
 def score_policies(pols: dict, cases: list[dict], e, judge, progress=None) -> tuple[list[dict], dict]:
     """Every policy answers every case ``e.repeats`` times; HealthBench aggregate per policy."""
+    workers = e.endpoint.concurrency if judge.name == "openai" else 1
     prompts = [json.loads(c["prompt"]) for c in cases]
     rows, results = [], {}
     for n, (name, path) in enumerate(pols.items()):
         replies = rollouts(load_lm_policy(path), prompts, e.repeats, e.temperature, e.seed)
-        examples = []
-        for case, prompt, reps in zip(cases, prompts, replies):
-            items = json.loads(case["rubrics"])
-            for rep, (_, text) in enumerate(reps):
-                ex = grade_example(judge, prompt, text, items, json.loads(case["example_tags"]))
-                examples.append(ex)
-                rows.append({"policy": name, "variant": variant_of(name), "prompt_id": case["prompt_id"],
-                             "repeat": rep, "response": text, "met": json.dumps(ex["met"]),
-                             "score": ex["score"] if ex["score"] is not None else float("nan")})
+        jobs = [(case, prompt, rep, text) for case, prompt, reps in zip(cases, prompts, replies)
+                for rep, (_, text) in enumerate(reps)]
+        examples = judge_map(lambda job: grade_example(judge, job[1], job[3], json.loads(job[0]["rubrics"]),
+                                                       json.loads(job[0]["example_tags"])), jobs, workers)
+        for (case, _, rep, text), ex in zip(jobs, examples):
+            rows.append({"policy": name, "variant": variant_of(name), "prompt_id": case["prompt_id"],
+                         "repeat": rep, "response": text, "met": json.dumps(ex["met"]),
+                         "score": ex["score"] if ex["score"] is not None else float("nan")})
         results[name] = aggregate(examples, e.n_bootstrap, e.seed)
         if progress is not None:
             progress(n + 1, len(pols), f"evaluated {name}")

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from components.common.io import read_table, write_table
-from components.orbit.grpo import Case, success_matrix
+from components.orbit.grpo import Case, item_judge, success_matrix
 from components.orbit.healthbench import reward_score
 from components.orbit.lm_policy import load_lm_policy, rollouts
 
@@ -25,13 +25,14 @@ def difficulty_filter_stage(cfg, ctx) -> None:
     rubrics = [r for r in rubrics if json.loads(r["rubrics"])]
     prompts = [json.loads(cases[r["prompt_id"]]["prompt"]) for r in rubrics]
     samples = rollouts(policy, prompts, f.rollouts, f.temperature, f.seed)
+    judge = item_judge(cfg.judge)
     kept, log_rows = [], []
     n_flat = n_easy = 0
     base_scores = []
-    for r, prompt, reps in zip(rubrics, prompts, samples):
-        items = json.loads(r["rubrics"])
-        case = Case(prompt, items, list(range(len(items))))
-        met = np.stack([case.judge(st) for st, _ in reps])
+    queries = [Case(prompt, json.loads(r["rubrics"]), []) for r, prompt in zip(rubrics, prompts)]
+    verdicts = judge.met_many(list(zip(queries, samples)))     # every judge call of the stage at once
+    for r, case, reps, met in zip(rubrics, queries, samples, verdicts):
+        items = case.items
         scores = np.asarray([reward_score(case.points, m) for m in met])
         base_scores.append(float(scores.mean()))
         for (st, text), m, s in zip(reps, met, scores):
@@ -52,5 +53,6 @@ def difficulty_filter_stage(cfg, ctx) -> None:
         raise RuntimeError("difficulty filter kept no case: every case was flat or already solved")
     write_table(ctx.out_dir / "filtered.parquet", {k: [x[k] for x in kept] for k in kept[0]})
     write_table(ctx.out_dir / "base_rollouts.parquet", {k: [x[k] for x in log_rows] for k in log_rows[0]})
-    ctx.write_metrics({"n_cases_in": len(rubrics), "n_kept": len(kept), "dropped_no_signal": n_flat,
-                       "dropped_easy": n_easy, "base_train_score": float(np.mean(base_scores))})
+    ctx.write_metrics({"n_queriesin": len(rubrics), "n_kept": len(kept), "dropped_no_signal": n_flat,
+                       "dropped_easy": n_easy, "base_train_score": float(np.mean(base_scores)),
+                       **({"judge_calls": judge.calls} if judge.calls else {})})

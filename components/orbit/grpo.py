@@ -15,6 +15,9 @@ clip-higher objective 0.2 / 0.28, DAPO's token-mean loss, no KL).
   success over the window weighted by ``min_w + (1 - min_w) (1 - ema)^power`` with the EMA
   updated first, so mastered items stay in the reward with a small weight. Our choice (as the
   issue asks): every item's EMA starts at its base success rate from the difficulty filter.
+- Items are graded by ``ItemJudge``: a JSON predicate over statement ids (the small profile's
+  generated items) by rule, a free-text criterion (HealthBench, an LLM-written rubric) by the
+  OpenAI-compatible rubric judge, one call per item and reply, several in flight.
 - The reward function keeps the per-query state across steps, which is how TRL expresses the
   curriculum: the trainer calls it once per generation batch with whole groups.
 """
@@ -187,21 +190,87 @@ class StochasticReviewState(_ItemStates):
 # ---------------------------------------------------------------- the reward function
 @dataclass
 class Case:
+    """One training query: its prompt, rubric items, difficulty order and base success rates.
+    An item's ``predicate`` is a JSON check over statement ids (the small profile's generated
+    items) or empty (free text: HealthBench-style criteria that only a judge can grade)."""
+
     prompt: list[dict]
     items: list[dict]
     order: list[int]
     item_success: list[float] = field(default_factory=list)
-    preds: list[dict] = field(default_factory=list)
+    preds: list[dict | None] = field(default_factory=list)
     points: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     def __post_init__(self) -> None:
         import json
 
-        self.preds = [json.loads(it["predicate"]) for it in self.items]
+        self.preds = [json.loads(p) if isinstance(p := it.get("predicate"), str) and p else (p or None)
+                      for it in self.items]
         self.points = np.asarray([it["points"] for it in self.items], float)
 
+    @property
+    def free_text(self) -> list[int]:
+        """Indices of the items without a predicate (graded by the judge)."""
+        return [j for j, p in enumerate(self.preds) if p is None]
+
     def judge(self, statements: list[str]) -> np.ndarray:
+        """The rule verdicts (every item must carry a predicate)."""
+        if self.free_text:
+            raise ValueError("free-text rubric items need a judge (ItemJudge with a grader)")
         return np.asarray([eval_predicate(p, statements) for p in self.preds], bool)
+
+
+class ItemJudge:
+    """criteria_met for every item of a case and reply: an item with a predicate is checked on
+    the reply's statement ids; a free-text item goes to ``grader`` (the HealthBench grader
+    interface, e.g. ``healthbench.OpenAIJudge``), ``workers`` calls in flight at once."""
+
+    def __init__(self, grader=None, workers: int = 8):
+        self.grader, self.workers = grader, max(1, workers)
+        self.calls = 0
+
+    def met_many(self, batch: list[tuple[Case, list[tuple[list[str], str]]]]) -> list[np.ndarray]:
+        """``batch``: (case, [(statement ids, reply text)]) -> per case a (replies, items) bool array."""
+        out = [np.zeros((len(replies), len(case.items)), bool) for case, replies in batch]
+        jobs = []
+        for b, (case, replies) in enumerate(batch):
+            for r, (statements, text) in enumerate(replies):
+                for j, pred in enumerate(case.preds):
+                    if pred is not None:
+                        out[b][r, j] = eval_predicate(pred, statements)
+                    else:
+                        jobs.append((b, r, j, case.prompt, text, case.items[j]))
+        if jobs:
+            for (b, r, j, *_), met in zip(jobs, self._grade(jobs)):
+                out[b][r, j] = met
+        return out
+
+    def met(self, case: Case, replies: list[tuple[list[str], str]]) -> np.ndarray:
+        return self.met_many([(case, replies)])[0]
+
+    def _grade(self, jobs: list[tuple]) -> list[bool]:
+        if self.grader is None:
+            raise ValueError("orbit: free-text rubric items need a judge; set judge.endpoint.base_url and "
+                             "judge.endpoint.model (an OpenAI-compatible server)")
+        from concurrent.futures import ThreadPoolExecutor
+
+        def grade(job) -> bool:
+            *_, prompt, text, it = job
+            return bool(self.grader.grade(prompt, text, it)["criteria_met"])
+
+        self.calls += len(jobs)
+        with ThreadPoolExecutor(self.workers) as pool:
+            return list(pool.map(grade, jobs))
+
+
+def item_judge(j) -> ItemJudge:
+    """The training judge of config section ``judge``: its endpoint grades free-text items
+    (none configured: only predicate items can be graded)."""
+    from components.orbit.healthbench import OpenAIJudge
+
+    ep = j.endpoint
+    grader = OpenAIJudge(ep.base_url, ep.model, ep.api_key_env) if ep.base_url and ep.model else None
+    return ItemJudge(grader, ep.concurrency)
 
 
 CURRICULA = ("none", "curriculum_admission", "stochastic_review")
@@ -246,10 +315,11 @@ class RubricReward:
 
     __name__ = "rubric"
 
-    def __init__(self, cases: list[Case], s: RewardSettings, seed: int, parse):
+    def __init__(self, cases: list[Case], s: RewardSettings, seed: int, parse, judge: ItemJudge | None = None):
         import random
 
         self.cases, self.s, self.parse = cases, s, parse
+        self.judge = judge or ItemJudge()
         self.rng = random.Random(seed)
         self.curricula = [new_curriculum(c, s) for c in cases]
         self.records: list[dict] = []
@@ -268,9 +338,11 @@ class RubricReward:
             groups.setdefault(int(ci), []).append(j)
         rewards = np.zeros(len(completions))
         full, kept = [], []
-        for ci, rows in groups.items():
+        texts = [completion_text(c) for c in completions]
+        verdicts = self.judge.met_many([(self.cases[ci], [(self.parse(texts[j]), texts[j]) for j in rows])
+                                        for ci, rows in groups.items()])
+        for (ci, rows), met in zip(groups.items(), verdicts):
             case = self.cases[ci]
-            met = np.stack([case.judge(self.parse(completion_text(completions[j]))) for j in rows])
             r = self._group(ci, met)
             lengths = [len(completion_ids[j]) if completion_ids is not None else 0 for j in rows]
             r = r + np.asarray([overlong_penalty(n, self.s.max_response, self.s.overlong_buffer,

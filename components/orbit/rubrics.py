@@ -302,7 +302,10 @@ def generate_rubrics_stage(cfg, ctx) -> None:
     write_table(ctx.out_dir / "rubrics.parquet", {k: [o[k] for o in out] for k in out[0]})
     write_table(ctx.out_dir / "rejections.parquet",
                 {k: [x[k] for x in rejections] for k in ("prompt_id", "criterion", "points", "reason")})
-    write_json_atomic(ctx.out_dir / "generic_rubric.json", generic_rubric())
+    generic = generic_rubric()
+    if gen.name != "template":     # free-text rubrics: the baseline is graded by the same judge
+        generic = [{**it, "predicate": ""} for it in generic]
+    write_json_atomic(ctx.out_dir / "generic_rubric.json", generic)
     n_items = [len(json.loads(o["rubrics"])) for o in out]
     reasons: dict[str, int] = {}
     for x in rejections:

@@ -1,5 +1,7 @@
 """Stage grpo_train (fan-out variant x seed): GRPO from the base policy at one fixed budget,
-through the shared TRL path (``components.common.lm_rl.grpo_train``).
+through the shared TRL path (``components.common.lm_rl.grpo_train``). Paper profile: TRL's vLLM
+rollouts when vLLM and a GPU are present (vLLM is not installed in this project, so that path
+is untested and rollouts are transformers ``generate``).
 
 Variants: ``orbit_review`` (case rubrics, stochastic_review curriculum), ``orbit_admission``
 (case rubrics, curriculum_admission), ``orbit_all`` (case rubrics, every item in the reward),
@@ -15,10 +17,11 @@ import numpy as np
 import torch
 
 from components.common.io import read_json, read_table, write_table
+from components.common.generation import vllm_available
 from components.common.lm_rl import grpo_train
 from components.common.seeds import seed_everything
-from components.orbit.grpo import Case, RewardSettings, RubricReward
-from components.orbit.lm_policy import chat_prompt, load_lm_policy, statements_of
+from components.orbit.grpo import Case, RewardSettings, RubricReward, item_judge
+from components.orbit.lm_policy import load_lm_policy
 
 VARIANTS = {"orbit_review": "stochastic_review", "orbit_admission": "curriculum_admission",
             "orbit_all": "none", "generic": "none"}
@@ -53,14 +56,15 @@ def grpo_train_stage(cfg, ctx) -> None:
     filtered = read_table(ctx.inputs["difficulty_filter"] / "filtered.parquet").to_pylist()
     generic = read_json(ctx.inputs["generate_rubrics"] / "generic_rubric.json")
     train_cases = training_cases(variant, filtered, prompts, generic)
-    reward = RubricReward(train_cases, reward_settings(g, variant, policy.max_response), seed, statements_of)
-    rows = [{"prompt": chat_prompt(c.prompt), "case_index": i} for i, c in enumerate(train_cases)]
+    judge = item_judge(cfg.judge)
+    reward = RubricReward(train_cases, reward_settings(g, variant, policy.max_response), seed, policy.parse, judge)
+    rows = [{"prompt": policy.messages(c.prompt), "case_index": i} for i, c in enumerate(train_cases)]
     with tempfile.TemporaryDirectory() as tmp:
         result = grpo_train(policy.model, policy.tokenizer, rows, reward, tmp, steps=g.steps,
                             group_size=g.group_size, prompts_per_step=g.prompts_per_step,
                             max_new_tokens=policy.max_response, lr=g.lr, beta=0.0, temperature=g.temperature,
                             seed=seed, loss_type="dapo", epsilon=g.clip_low, epsilon_high=g.clip_high,
-                            top_p=g.top_p)
+                            top_p=g.top_p, use_vllm=policy.style == "text" and vllm_available())
     policy.model = result.model.eval()
     for step, rec in enumerate(reward.records, 1):
         ctx.log_metrics({f"grpo/{k}": v for k, v in rec.items()}, step)
@@ -68,4 +72,5 @@ def grpo_train_stage(cfg, ctx) -> None:
     hist = reward.records
     keys = sorted({k for h in hist for k in h})
     write_table(ctx.out_dir / "history.parquet", {k: [float(h.get(k, np.nan)) for h in hist] for k in keys})
-    ctx.write_metrics({"variant": variant, "seed": seed, "n_cases": len(train_cases), **reward.summary()})
+    ctx.write_metrics({"variant": variant, "seed": seed, "n_cases": len(train_cases), **reward.summary(),
+                       **({"judge_calls": judge.calls} if judge.calls else {})})

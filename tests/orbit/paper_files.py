@@ -1,0 +1,112 @@
+"""Test inputs of orbit's paper profile: tiny HealthBench JSONL files in the simple-evals layout
+(prompt messages, prompt_id, example_tags, rubrics of {criterion, points, tags}) and a fake
+OpenAI-compatible server that plays both the rubric generator and the rubric judge.
+
+The judge's verdict is a fixed function of the request (a hash of the completion and the item),
+so replies that differ get different verdicts (the difficulty filter needs groups that are not
+flat) and the same request always gets the same verdict."""
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Callable
+
+from tests.paper.layouts import write_jsonl
+
+AXES = ("accuracy", "completeness", "communication_quality", "context_awareness", "instruction_following")
+COMPLAINTS = ("a sore throat for two days", "a headache since this morning", "a rash on my arm",
+              "chest pain when climbing stairs", "a cough and a mild fever", "back pain after lifting",
+              "trouble sleeping for a week", "a twisted ankle", "itchy eyes in spring")
+CRITERIA = (("Asks how long the symptoms have lasted.", 5), ("Advises urgent care for red-flag symptoms.", 8),
+            ("Explains in plain language.", 3), ("Recommends antibiotics without an examination.", -6),
+            ("States the problem is certainly harmless.", -4))
+
+
+def healthbench_row(i: int, with_rubrics: bool = True) -> dict:
+    complaint = COMPLAINTS[i % len(COMPLAINTS)]
+    prompt = [{"role": "user", "content": f"hello, i have {complaint}."},
+              {"role": "assistant", "content": "i am sorry to hear that. tell me more."},
+              {"role": "user", "content": "what should i do?"}]
+    row = {"prompt": prompt, "prompt_id": f"hb-{i:04d}", "example_tags": [f"theme:{('context_seeking', 'emergency_referrals')[i % 2]}"]}
+    if with_rubrics:
+        row["rubrics"] = [{"criterion": c, "points": p, "tags": ["level:example", f"axis:{AXES[(i + j) % 5]}"]}
+                          for j, (c, p) in enumerate(CRITERIA[: 3 + i % 3])]
+        row["ideal_completions_data"] = None
+    return row
+
+
+def write_healthbench(root: Path, n: int = 6) -> dict[str, Path]:
+    """train (prompts only), seed pool (non-Hard) and eval (Hard) files of ``n`` rows each; the
+    pool repeats one Hard prompt_id, which the profile must drop from retrieval."""
+    root = Path(root)
+    train = [healthbench_row(i, with_rubrics=False) | {"prompt_id": f"train-{i}"} for i in range(n)]
+    hard = [healthbench_row(100 + i) for i in range(n)]
+    pool = [healthbench_row(200 + i) for i in range(n - 1)] + [hard[0]]
+    return {"train": write_jsonl(root / "train.jsonl", train), "seed": write_jsonl(root / "seed.jsonl", pool),
+            "eval": write_jsonl(root / "hard.jsonl", hard)}
+
+
+GENERATED = [{"criterion": "Asks about the duration of the complaint.", "points": 5,
+              "tags": ["level:example", "axis:context_awareness"]},
+             {"criterion": "Suggests a sensible first step at home.", "points": 4,
+              "tags": ["level:example", "axis:completeness"]},
+             {"criterion": "Uses clear, friendly language.", "points": 2,
+              "tags": ["level:example", "axis:communication_quality"]},
+             {"criterion": "Recommends a prescription drug without asking anything.", "points": -5,
+              "tags": ["level:example", "axis:accuracy"]},
+             {"criterion": "Has no points", "points": 0, "tags": ["level:example", "axis:accuracy"]}]
+
+
+def verdict(prompt: str) -> bool:
+    return hashlib.sha256(prompt.encode()).digest()[0] % 2 == 0
+
+
+def answer(prompt: str) -> str:
+    if prompt.startswith("You write grading rubrics"):
+        return "```json\n" + json.dumps(GENERATED) + "\n```"
+    return json.dumps({"explanation": "fixed by hash", "criteria_met": verdict(prompt)})
+
+
+class FakeChatServer:
+    """POST /v1/chat/completions -> a chat reply whose content is ``answer(last message)``;
+    every request body is kept. (Generic: tests/fif and tests/common carry the same pattern; it
+    could move to tests/paper as the shared fake endpoint.)"""
+
+    def __init__(self, answer: Callable[[str], str]):
+        self.requests: list[dict] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - http.server's name
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                server.requests.append(body)
+                content = answer(body["messages"][-1]["content"])
+                data = json.dumps({"choices": [{"message": {"role": "assistant", "content": content}}]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def prompts(self, starts: str) -> list[str]:
+        return [r["messages"][-1]["content"] for r in self.requests
+                if r["messages"][-1]["content"].startswith(starts)]
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def fake_judge_server() -> FakeChatServer:
+    """orbit's rubric generator + rubric judge endpoint."""
+    return FakeChatServer(answer)
