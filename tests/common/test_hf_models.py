@@ -94,3 +94,61 @@ def test_device_policy_on_cpu():
     assert resolve_dtype("cpu", "bfloat16") == torch.bfloat16
     with pytest.raises(RuntimeError, match="no CUDA device"):
         resolve_device("cuda")
+
+
+CUSTOM_CODE = '''
+import torch
+from transformers import PretrainedConfig, PreTrainedModel
+
+
+class TinyEchoConfig(PretrainedConfig):
+    model_type = "tiny_echo_encoder"
+
+    def __init__(self, hidden_size=4, **kwargs):
+        self.hidden_size = hidden_size
+        super().__init__(**kwargs)
+
+
+class TinyEchoModel(PreTrainedModel):
+    config_class = TinyEchoConfig
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.proj = torch.nn.Linear(config.hidden_size, config.hidden_size)
+        self.post_init()
+
+    def custom_method(self):
+        return "ran the folder's own code"
+'''
+
+
+def _custom_code_folder(tmp_path):
+    """A save_pretrained folder whose config names a model type transformers does not know and
+    whose modelling code ships inside it (config auto_map), like MM-Embed's."""
+    import importlib.util
+    import sys
+
+    from components.common.hf_models import save_model
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "tiny_echo_modeling.py").write_text(CUSTOM_CODE)
+    spec = importlib.util.spec_from_file_location("tiny_echo_modeling", src / "tiny_echo_modeling.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["tiny_echo_modeling"] = module
+    spec.loader.exec_module(module)
+    module.TinyEchoConfig.register_for_auto_class()
+    module.TinyEchoModel.register_for_auto_class("AutoModel")
+    folder = save_model(module.TinyEchoModel(module.TinyEchoConfig()), tmp_path / "custom")
+    del sys.modules["tiny_echo_modeling"]
+    return folder
+
+
+def test_a_folder_with_custom_code_loads_only_when_asked(tmp_path):
+    folder = _custom_code_folder(tmp_path)
+    config = (folder / "config.json").read_text()
+    assert "auto_map" in config and (folder / "tiny_echo_modeling.py").is_file()
+    with pytest.raises(ValueError, match="trust_remote_code"):
+        load_model(folder, "encoder", device="cpu")            # default: the folder's code never runs
+    model = load_model(folder, "encoder", device="cpu", trust_remote_code=True)
+    assert model.custom_method() == "ran the folder's own code" and not model.training
