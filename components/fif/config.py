@@ -49,6 +49,9 @@ class Paper(Section):
     benchmark: str = ""              # multimodalqa | mmcoqa | webqa: names the paper's numbers to compare with
     device: str = "auto"             # encoder device: CUDA when visible
     pooling: str = "mean"            # text encoders that are not CLIP: mean (sentence-transformers) or cls
+    trust_remote_code: bool = False  # run the modelling code an encoder folder ships (MM-Embed needs it)
+    # MM-Embed's query-side instruction (the one LILaC uses; corpus nodes get none)
+    query_instruction: str = "Retrieve passage, table or image (maybe with a caption) that provides an answer to the given query."
     reader_base_url: str = ""        # OpenAI-compatible endpoint, e.g. a local vLLM server http://host:8000/v1
     reader_model: str = ""           # model name the endpoint serves (the paper: gpt-5, reasoning_effort low)
     reader_api_key_env: str = "OPENAI_API_KEY"

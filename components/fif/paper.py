@@ -35,7 +35,8 @@ COLUMNS = {
 }
 LAYOUT = ("a parsed benchmark folder with " + ", ".join(
     f"{name} ({', '.join(cols)})" for name, cols in COLUMNS.items()) + " (see components/fif/paper.py)")
-ENCODER_LAYOUT = ("a save_pretrained encoder folder with its tokenizer (CLIP, e.g. openai/clip-vit-large-patch14, "
+ENCODER_LAYOUT = ("a save_pretrained encoder folder with its tokenizer (nvidia/MM-Embed with "
+                  "paper.trust_remote_code=true, CLIP, e.g. openai/clip-vit-large-patch14, "
                   "or a text encoder such as sentence-transformers/all-MiniLM-L6-v2)")
 KINDS = ("paragraph", "table", "image")
 
@@ -56,6 +57,7 @@ def preflight_paper(cfg) -> None:
     if cfg.embed.embedder != MINILM:
         require_checkpoint("embed.embedder", cfg.embed.embedder, ENCODER_LAYOUT)
         require_tokenizer("embed.embedder", cfg.embed.embedder, ENCODER_LAYOUT)
+        check_custom_code(cfg.embed.embedder, p.trust_remote_code)
     if cfg.retrieve.reader not in ("reader", "openai"):
         raise ValueError(f"retrieve.reader must be reader (offline) or openai (got {cfg.retrieve.reader!r})")
     if cfg.corpus.source == "local" and cfg.retrieve.reader == "reader":
@@ -73,6 +75,23 @@ def preflight_paper(cfg) -> None:
     if p.pooling not in ("mean", "cls"):
         raise ValueError(f"paper.pooling must be mean or cls (got {p.pooling!r})")
     resolve_device(p.device)
+
+
+def check_custom_code(folder: str, trusted: bool) -> None:
+    """A folder that ships its own modelling code (config ``auto_map``) runs it only when
+    ``paper.trust_remote_code`` says so, and only MM-Embed's API is wired."""
+    from components.common.hf_models import read_config
+    from components.fif.embed import MMEMBED_ARCH
+
+    config = read_config(folder)
+    if "auto_map" not in config:
+        return
+    if not trusted:
+        raise PreflightError("paper.trust_remote_code", "false", "true to run the modelling code the encoder "
+                             "folder ships (MM-Embed needs it)", f"but {folder} ships custom code (config auto_map)")
+    if MMEMBED_ARCH not in config.get("architectures", []):
+        raise PreflightError("embed.embedder", folder, ENCODER_LAYOUT + f", or MM-Embed ({MMEMBED_ARCH})",
+                             f"ships custom code for {config.get('architectures')}, whose API is not wired")
 
 
 def check_schemas(root: Path, value: str) -> None:

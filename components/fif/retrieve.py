@@ -41,7 +41,8 @@ def run_all(index: GraphIndex, encoder, queries: dict, p, seed: int, progress=No
     runs = method_list(p, dev)
     for i, (name, eps) in enumerate(runs):
         reader = make_reader(eps)
-        cx = Ctx(index, encoder.encode, reader, p)
+        # subqueries go through the query side of an asymmetric encoder (MM-Embed's instruction)
+        cx = Ctx(index, getattr(encoder, "encode_queries", encoder.encode), reader, p)
         for qid, text in zip(queries["qid"], queries["text"]):
             calls0, tok0, nm0, t0 = reader.calls, reader.tokens, reader.nearmiss_accepted, time.perf_counter()
             cost0 = {k: getattr(reader, k) for k in COST_COLUMNS if hasattr(reader, k)}

@@ -121,3 +121,68 @@ def tiny_clip(folder: Path, tokenizer_folder: Path) -> Path:
 
     tok = AutoTokenizer.from_pretrained(str(tokenizer_folder))
     return save_model(build_tiny("clip", text_config={"vocab_size": len(tok)}), folder, tok)
+
+
+# --- an MM-Embed-shaped encoder folder (custom code) ---------------------------------------
+
+TINY_MMEMBED_CODE = '''"""A tiny stand-in with MM-Embed's encode() API (not its weights or architecture)."""
+import numpy as np
+import torch
+from transformers import PretrainedConfig, PreTrainedModel
+
+
+class TinyMMEmbedConfig(PretrainedConfig):
+    model_type = "tiny_mmembed"
+
+    def __init__(self, hidden_size=16, **kwargs):
+        self.hidden_size = hidden_size
+        super().__init__(**kwargs)
+
+
+class NVMMEmbedModel(PreTrainedModel):
+    config_class = TinyMMEmbedConfig
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.text = torch.nn.EmbeddingBag(256, config.hidden_size, mode="mean")
+        self.image = torch.nn.Linear(3, config.hidden_size)
+        self.query = torch.nn.Linear(config.hidden_size, config.hidden_size)
+        self.post_init()
+
+    def encode(self, inputs, is_query=False, instruction="", max_length=32):
+        rows = []
+        for x in inputs:
+            text = f"{instruction} {x['txt']}" if instruction else x["txt"]
+            ids = torch.tensor(list(text.encode()[:max_length]) or [0])
+            v = self.text(ids[None])[0]
+            if x.get("img") is not None:
+                v = v + self.image(torch.tensor(np.asarray(x["img"]), dtype=torch.float32).mean((0, 1)) / 255)
+            rows.append(self.query(v) if is_query else v)
+        return {"hidden_states": torch.stack(rows)}
+'''
+
+
+def tiny_mmembed(folder: Path, tokenizer_folder: Path) -> Path:
+    """A save_pretrained folder whose config names NVMMEmbedModel and ships its modelling code
+    (config auto_map), as nvidia/MM-Embed does, with a tiny tokenizer beside it."""
+    import importlib.util
+    import sys
+
+    from transformers import AutoTokenizer
+
+    from components.common.hf_models import save_model
+
+    src = Path(folder).parent / "mmembed-src"
+    src.mkdir(parents=True, exist_ok=True)
+    (src / "modeling_nvmmembed.py").write_text(TINY_MMEMBED_CODE)
+    spec = importlib.util.spec_from_file_location("modeling_nvmmembed", src / "modeling_nvmmembed.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["modeling_nvmmembed"] = module   # save_pretrained copies the module's file
+    try:
+        spec.loader.exec_module(module)
+        module.TinyMMEmbedConfig.register_for_auto_class()
+        module.NVMMEmbedModel.register_for_auto_class("AutoModel")
+        model = module.NVMMEmbedModel(module.TinyMMEmbedConfig())
+        return save_model(model, folder, AutoTokenizer.from_pretrained(str(tokenizer_folder)))
+    finally:
+        del sys.modules["modeling_nvmmembed"]
