@@ -50,11 +50,26 @@ def write_benchmark(root: Path, seed: int = 0, n_queries: int = 12) -> Path:
         "kind": [r[1] for r in rows], "text": [r[2] for r in rows], "links": [r[3] for r in rows],
         "image": [r[4] for r in rows]})
     write_table(root / "subcomponents.parquet", {"comp_id": [s[0] for s in subs], "text": [s[1] for s in subs]})
-    write_table(root / "queries.parquet", {"qid": [q["qid"] for q in queries], "text": [q["text"] for q in queries]})
+    texts = [q["text"] for q in queries]
+    history = [texts[max(0, i - 2):i] for i in range(len(texts))]     # a conversation: the earlier questions
+    write_table(root / "queries.parquet", {"qid": [q["qid"] for q in queries], "text": texts, "history": history})
+    golds = [(q["qid"], gold_answer(q["text"], [rows[q["chain"][-1]][2]])) for q in queries]
+    golds.append((queries[0]["qid"], "an alternative answer"))          # a second gold answer
+    write_table(root / "answers.parquet", {"qid": [q for q, _ in golds], "answer": [a for _, a in golds]})
     qrels = [(q["qid"], COMP0 + q["chain"][-1]) for q in queries]
     qrels.append((queries[0]["qid"], COMP0 + queries[0]["chain"][0]))   # a second relevant component
     write_table(root / "qrels.parquet", {"qid": [q for q, _ in qrels], "comp_id": [c for _, c in qrels]})
     return root
+
+
+FIELDS = {"birth year": "born", "population": "population", "material": "material", "colour": "colour"}
+
+
+def gold_answer(question: str, texts: list[str]) -> str:
+    """The value the question asks for, from the first text that states it ("" if none)."""
+    field = next((f for key, f in FIELDS.items() if key in question), None)
+    hits = (re.search(rf"{field}: (\w+)", t) for t in texts) if field else ()
+    return next((h.group(1) for h in hits if h), "")
 
 
 # --- the fake reader server -------------------------------------------------------------
@@ -71,6 +86,9 @@ def answer(prompt: str) -> dict:
         sub = field("Subquery")
         titles = re.findall(r"^\[\d+\] (.*?): ", prompt, re.M)
         return {"pages": [i for i, t in enumerate(titles) if t in sub]}
+    if prompt.startswith("Answer the question"):
+        comps = re.findall(r"^\[\d+\] (.*)$", prompt.split("Components:\n", 1)[1], re.M)
+        return {"answer": gold_answer(field("Question"), comps) or "unknown"}
     if prompt.startswith("Order the components"):
         return {"order": list(range(len(re.findall(r"^\[\d+\] ", prompt, re.M))))[::-1]}
     cands = [Candidate(m.group(2), [t for t in m.group(3).split("; ") if t])

@@ -219,3 +219,40 @@ def test_retrievers_encode_subqueries_on_the_query_side(tiny):
     enc = Asymmetric()
     cols = run_all(index, enc, {"qid": ["q0"], "text": ["Who founded X?"]}, p, 0)
     assert enc.queries == ["Who founded X?"] and len(cols["ranked"][0]) == p.top_k
+
+
+def test_queries_in_parallel_give_the_serial_runs(tiny, reader_server):
+    """paper.query_workers > 1: a method's queries run in threads, one endpoint reader each;
+    with a deterministic endpoint every row (ranking, trace, calls, tokens, answer) equals the
+    serial run's, in query order."""
+    from components.fif.config import Paper
+    from components.fif.graph_index import GraphIndex
+    from components.fif.llm_reader import make_llm_reader
+    from components.fif.retrieve import run_all
+    from tests.fif.conftest import BowEncoder
+
+    index = GraphIndex.load(tiny["corpus"], tiny["graph"], tiny["embed"])
+    queries = pq.read_table(tiny["corpus"] / "queries.parquet").to_pydict()
+    p = tiny["cfg"].retrieve.model_copy(update={"methods": ["fif", "ircot_like"], "robustness_errors": []})
+    paper = Paper(reader_base_url=reader_server.url, reader_model="fake")
+    runs = [run_all(index, BowEncoder(), queries, p, 0, make_reader=lambda _eps: make_llm_reader(paper),
+                    qa_methods=("fif",), workers=w) for w in (1, 4)]
+    for key in runs[0]:
+        if key != "latency_s":
+            assert runs[0][key] == runs[1][key], key
+    assert runs[0]["qid"][:len(queries["qid"])] == queries["qid"] and any(runs[1]["prediction"])
+
+
+def test_parallel_queries_need_the_endpoint_reader(tmp_path):
+    with pytest.raises(SystemExit) as err:
+        validate_config(get("fif"), "small", {"paper": {"query_workers": 2}})
+    assert "paper.query_workers" in _one_line_error(err)
+
+
+def test_history_turns_need_a_history_column(tmp_path, benchmark):
+    root = tmp_path / "bench"
+    shutil.copytree(benchmark, root)
+    pq.write_table(pq.read_table(root / "queries.parquet").drop(["history"]), root / "queries.parquet")
+    with pytest.raises(SystemExit) as err:
+        _paper(tmp_path, corpus={"data_root": str(root), "history_turns": 2})
+    assert "corpus.history_turns" in _one_line_error(err)
