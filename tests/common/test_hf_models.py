@@ -123,25 +123,12 @@ class TinyEchoModel(PreTrainedModel):
 
 
 def _custom_code_folder(tmp_path):
-    """A save_pretrained folder whose config names a model type transformers does not know and
-    whose modelling code ships inside it (config auto_map), like MM-Embed's."""
-    import importlib.util
-    import sys
+    """A folder whose config names a model type transformers does not know and whose modelling
+    code ships inside it (config auto_map), like MM-Embed's."""
+    from tests.common.custom_code import save_custom_code_model
 
-    from components.common.hf_models import save_model
-
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "tiny_echo_modeling.py").write_text(CUSTOM_CODE)
-    spec = importlib.util.spec_from_file_location("tiny_echo_modeling", src / "tiny_echo_modeling.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["tiny_echo_modeling"] = module
-    spec.loader.exec_module(module)
-    module.TinyEchoConfig.register_for_auto_class()
-    module.TinyEchoModel.register_for_auto_class("AutoModel")
-    folder = save_model(module.TinyEchoModel(module.TinyEchoConfig()), tmp_path / "custom")
-    del sys.modules["tiny_echo_modeling"]
-    return folder
+    return save_custom_code_model(tmp_path / "custom", CUSTOM_CODE, "tiny_echo_modeling", "TinyEchoConfig",
+                                  "TinyEchoModel")
 
 
 def test_a_folder_with_custom_code_loads_only_when_asked(tmp_path):

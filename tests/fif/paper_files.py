@@ -183,24 +183,9 @@ class NVMMEmbedModel(PreTrainedModel):
 def tiny_mmembed(folder: Path, tokenizer_folder: Path) -> Path:
     """A save_pretrained folder whose config names NVMMEmbedModel and ships its modelling code
     (config auto_map), as nvidia/MM-Embed does, with a tiny tokenizer beside it."""
-    import importlib.util
-    import sys
-
     from transformers import AutoTokenizer
 
-    from components.common.hf_models import save_model
+    from tests.common.custom_code import save_custom_code_model
 
-    src = Path(folder).parent / "mmembed-src"
-    src.mkdir(parents=True, exist_ok=True)
-    (src / "modeling_nvmmembed.py").write_text(TINY_MMEMBED_CODE)
-    spec = importlib.util.spec_from_file_location("modeling_nvmmembed", src / "modeling_nvmmembed.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["modeling_nvmmembed"] = module   # save_pretrained copies the module's file
-    try:
-        spec.loader.exec_module(module)
-        module.TinyMMEmbedConfig.register_for_auto_class()
-        module.NVMMEmbedModel.register_for_auto_class("AutoModel")
-        model = module.NVMMEmbedModel(module.TinyMMEmbedConfig())
-        return save_model(model, folder, AutoTokenizer.from_pretrained(str(tokenizer_folder)))
-    finally:
-        del sys.modules["modeling_nvmmembed"]
+    return save_custom_code_model(folder, TINY_MMEMBED_CODE, "modeling_nvmmembed", "TinyMMEmbedConfig",
+                                  "NVMMEmbedModel", AutoTokenizer.from_pretrained(str(tokenizer_folder)))
