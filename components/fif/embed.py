@@ -18,6 +18,7 @@ import torch
 
 from components.common.io import read_table, save_torch
 from components.common.minilm import SentenceEncoder
+from components.fif.config import MINILM, MMEMBED_ARCH
 
 # OpenAI CLIP's normalisation, used when the folder has no preprocessor_config.json
 CLIP_MEAN, CLIP_STD = (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
@@ -101,9 +102,6 @@ class HFEncoder:
         return size, tuple(conf.get("image_mean", CLIP_MEAN)), tuple(conf.get("image_std", CLIP_STD))
 
 
-MMEMBED_ARCH = "NVMMEmbedModel"   # config.json "architectures" of nvidia/MM-Embed
-
-
 class MMEmbedEncoder:
     """MM-Embed (nvidia/MM-Embed, LLaVA-Next + NV-Embed, 8.18B) through its own ``encode`` API:
     ``model.encode([{"txt": ..., "img": PIL image}], is_query=..., instruction=..., max_length=...)``
@@ -165,8 +163,6 @@ def _pooled(out) -> torch.Tensor:
 
 def make_encoder(embed, paper):
     """The stage's encoder: the bundled MiniLM (small) or a local folder (paper)."""
-    from components.fif.config import MINILM
-
     from components.common.hf_models import read_config
 
     if embed.embedder == MINILM:

@@ -99,7 +99,7 @@ def check_custom_code(folder: str, trusted: bool) -> None:
     """A folder that ships its own modelling code (config ``auto_map``) runs it only when
     ``paper.trust_remote_code`` says so, and only MM-Embed's API is wired."""
     from components.common.hf_models import read_config
-    from components.fif.embed import MMEMBED_ARCH
+    from components.fif.config import MMEMBED_ARCH
 
     config = read_config(folder)
     if "auto_map" not in config:
