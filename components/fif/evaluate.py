@@ -95,8 +95,14 @@ def criteria(mean: dict[str, dict[str, float]], per_seed: list[dict]) -> dict[st
 
 def _score_seed(ctx, seed: int) -> dict[str, dict[str, float]]:
     runs = read_table(ctx.inputs["retrieve"][str(seed)] / "runs.parquet").to_pydict()
-    qrels_t = read_table(ctx.inputs["build_corpus"][str(seed)] / "qrels.parquet").to_pydict()
-    return score_runs(runs, qrels_by_query(qrels_t))
+    corpus = ctx.inputs["build_corpus"][str(seed)]
+    scores = score_runs(runs, qrels_by_query(read_table(corpus / "qrels.parquet").to_pydict()))
+    if (corpus / "answers.parquet").is_file():   # a benchmark with gold answers: QA EM/F1 of the generator
+        from components.fif.qa import answers_by_query, qa_scores
+
+        for m, d in qa_scores(runs, answers_by_query(read_table(corpus / "answers.parquet").to_pydict())).items():
+            scores[m].update(d)
+    return scores
 
 
 def qrels_by_query(qrels_t: dict) -> dict[str, set[int]]:
@@ -121,11 +127,11 @@ def evaluate_stage(cfg, ctx) -> None:
     dev = [_score_seed(ctx, s) for s in cfg.dev_seeds]
     per_seed = [_score_seed(ctx, s) for s in cfg.seeds]
     methods = list(per_seed[0])
-    keys = list(per_seed[0][methods[0]])
-    mean = {m: {k: float(np.mean([s[m][k] for s in per_seed])) for k in keys} for m in methods}
-    std = {m: {k: float(np.std([s[m][k] for s in per_seed])) for k in keys} for m in methods}
-    table = {"method": methods, **{k: [mean[m][k] for m in methods] for k in keys},
-             **{f"{k}_std": [std[m][k] for m in methods] for k in keys}}
+    keys = list(dict.fromkeys(k for m in methods for k in per_seed[0][m]))  # QA keys: generator methods only
+    mean = {m: {k: float(np.mean([s[m][k] for s in per_seed])) for k in per_seed[0][m]} for m in methods}
+    std = {m: {k: float(np.std([s[m][k] for s in per_seed])) for k in per_seed[0][m]} for m in methods}
+    table = {"method": methods, **{k: [mean[m].get(k, np.nan) for m in methods] for k in keys},
+             **{f"{k}_std": [std[m].get(k, np.nan) for m in methods] for k in keys}}
     write_table(ctx.out_dir / "results.parquet", table)
     crit = {**criteria(mean, per_seed), **premise(dev)}
     write_json_atomic(ctx.out_dir / "results.json", {"mean": mean, "std": std, "per_seed": per_seed, "dev": dev,
@@ -137,7 +143,7 @@ def evaluate_stage(cfg, ctx) -> None:
 
 
 FLAT_KEYS = ("R@10", "MRR@10", "calls", "tokens", "backtracks", "escalations", "widenings", "near_misses",
-             *COST_COLUMNS)
+             *COST_COLUMNS, "EM", "F1", "qa_calls", "qa_tokens")
 
 
 def _plot(path, mean) -> None:

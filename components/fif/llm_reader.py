@@ -38,6 +38,9 @@ JUDGE_TAIL = ("If the answer is an entity that the candidate links to, give that
               'Reply: {{"answerable": true or false, "index": candidate number, "answer": "short answer"}}')
 SELECT_DOCS = ("Which of these pages is the subquery about? Keep every page that may hold its answer.\n"
                'Subquery: {subquery}\nPages:\n{pages}\nReply: {{"pages": [page numbers]}}')
+ANSWER = ("Answer the question from the retrieved components below with a short answer: an entity, a number or "
+          "a few words, not a sentence.\nQuestion: {query}\nComponents:\n{comps}\n"
+          'Reply: {{"answer": "short answer"}}')
 RERANK = ("Order the components by how well they answer the question, best first.\n"
           'Question: {query}\nComponents:\n{comps}\nReply: {{"order": [component numbers]}}')
 
@@ -55,11 +58,19 @@ class LLMReader:
     tokens: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
-    usd: float = 0.0
     endpoint_calls: int = 0
     bad_replies: int = 0             # replies without the JSON the role asks for (read as "no")
     nearmiss_accepted: int = 0       # the offline reader's diagnostic; an LLM's errors are not labelled
     cache: dict[str, Any] = field(default_factory=dict)
+
+    def usd_of(self, tokens_in: int, tokens_out: int) -> float:
+        return (tokens_in * self.usd_per_mtok_in + tokens_out * self.usd_per_mtok_out) / 1e6
+
+    @property
+    def usd(self) -> float:
+        """Spent so far, from the token counters (a query's $ is ``usd_of`` its token deltas,
+        exact whatever ran before it)."""
+        return self.usd_of(self.tokens_in, self.tokens_out)
 
     # --- roles ------------------------------------------------------------------------------
     def plan(self, query: str) -> list[str]:
@@ -89,6 +100,15 @@ class LLMReader:
         comps = "\n".join(f"[{i}] {t}" for i, t in enumerate(texts))
         order = self._indices(self._ask(RERANK.format(query=query, comps=comps)), "order", len(texts))
         return order + [i for i in range(len(texts)) if i not in order]
+
+    def answer(self, query: str, texts: list[str]) -> str:
+        """The QA generator: a short answer from the top retrieved components ("" if none)."""
+        comps = "\n".join(f"[{i}] {t}" for i, t in enumerate(texts))
+        reply = self._ask(ANSWER.format(query=query, comps=comps))
+        if not isinstance(reply, dict) or not isinstance(reply.get("answer"), (str, int, float)):
+            self.bad_replies += 1
+            return ""
+        return str(reply["answer"]).strip()
 
     # --- parsing ----------------------------------------------------------------------------
     def _judgement(self, reply: Any, cands: list[Candidate]) -> Judgement:
@@ -126,7 +146,6 @@ class LLMReader:
         t_in, t_out = entry["tokens_in"], entry["tokens_out"]
         self.tokens_in, self.tokens_out, self.tokens = self.tokens_in + t_in, self.tokens_out + t_out, \
             self.tokens + t_in + t_out
-        self.usd += (t_in * self.usd_per_mtok_in + t_out * self.usd_per_mtok_out) / 1e6
         try:
             return parse_json_reply(entry["text"])
         except ValueError:

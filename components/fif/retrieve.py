@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -32,33 +34,72 @@ def offline_reader(p, seed: int, encoder):
 
 
 def run_all(index: GraphIndex, encoder, queries: dict, p, seed: int, progress=None, dev: bool = False,
-            make_reader=None) -> dict:
+            make_reader=None, qa_methods: tuple = (), qa_top_k: int = 10, workers: int = 1) -> dict:
     """Ranked lists, reader cost and traces for every (method, query). ``make_reader(eps)`` gives
-    each method a fresh reader (default: the offline one; the paper profile's reads an endpoint)."""
+    each method a fresh reader (default: the offline one; the paper profile's reads an endpoint).
+    For ``qa_methods`` the reader's generator also answers each query from its top ``qa_top_k``
+    components (``prediction``; its calls and tokens are kept apart from retrieval's).
+    ``workers > 1`` (endpoint readers only) runs a method's queries in threads, each query with
+    its own reader (they share the reply cache on disk); rows stay in query order. The runs equal
+    the serial ones when the endpoint answers a prompt the same way each time (greedy decoding, or
+    a warm reply cache): a query's outcome depends only on its own prompts' replies."""
     make_reader = make_reader or offline_reader(p, seed, encoder)
-    cols = {k: [] for k in ("method", "qid", "ranked", "calls", "tokens", "near_misses", "latency_s", "trace")}
-    bm25 = None
+    # subqueries go through the query side of an asymmetric encoder (MM-Embed's instruction);
+    # they are encoded one text per call, so a vector never depends on what else is in a batch
+    encode_query = _serialised(getattr(encoder, "encode_queries", encoder.encode)) if workers > 1 else \
+        getattr(encoder, "encode_queries", encoder.encode)
     runs = method_list(p, dev)
+    bm25 = BM25(index.comp_text) if any(name == "bm25" for name, _ in runs) else None
+    rows: list[dict] = []
     for i, (name, eps) in enumerate(runs):
-        reader = make_reader(eps)
-        cx = Ctx(index, encoder.encode, reader, p)
-        for qid, text in zip(queries["qid"], queries["text"]):
-            calls0, tok0, nm0, t0 = reader.calls, reader.tokens, reader.nearmiss_accepted, time.perf_counter()
-            cost0 = {k: getattr(reader, k) for k in COST_COLUMNS if hasattr(reader, k)}
-            if name == "bm25":
-                bm25 = bm25 or BM25(index.comp_text)
-                ranked, trace = [int(c) for c in np.argsort(-bm25.scores(text))[: p.top_k]], []
-            else:
-                ranked, trace = run_method(cx, name, text)
-            cols["method"].append(name), cols["qid"].append(qid), cols["ranked"].append(ranked)
-            cols["calls"].append(reader.calls - calls0), cols["tokens"].append(reader.tokens - tok0)
-            cols["near_misses"].append(reader.nearmiss_accepted - nm0)
-            cols["latency_s"].append(time.perf_counter() - t0), cols["trace"].append(json.dumps(trace))
-            for k, v0 in cost0.items():  # an endpoint reader's input / output tokens and $
-                cols.setdefault(k, []).append(getattr(reader, k) - v0)
+        def one(qid, text, reader, name=name):
+            return _run_query(Ctx(index, encode_query, reader, p), name, qid, text, bm25,
+                              name in qa_methods if qa_methods else None, qa_top_k)
+        if workers > 1:
+            with ThreadPoolExecutor(workers) as pool:
+                rows += pool.map(lambda qt: one(*qt, make_reader(eps)), zip(queries["qid"], queries["text"]))
+        else:
+            reader = make_reader(eps)
+            rows += [one(qid, text, reader) for qid, text in zip(queries["qid"], queries["text"])]
         if progress:
             progress(i + 1, len(runs), name)
-    return cols
+    keys = list(rows[0]) if rows else list(BASE_COLUMNS)
+    return {k: [r[k] for r in rows] for k in keys}
+
+
+BASE_COLUMNS = ("method", "qid", "ranked", "calls", "tokens", "near_misses", "latency_s", "trace")
+
+
+def _run_query(cx: Ctx, name: str, qid: str, text: str, bm25, qa: bool | None, qa_top_k: int) -> dict:
+    """One row of runs.parquet: the ranking, its trace and what it cost the reader (counter
+    deltas); with ``qa`` not None, the generator's answer (asked when ``qa``) and its cost."""
+    reader = cx.reader
+    calls0, tok0, nm0, t0 = reader.calls, reader.tokens, reader.nearmiss_accepted, time.perf_counter()
+    cost0 = {k: getattr(reader, k) for k in COST_COLUMNS if hasattr(reader, k)}
+    if name == "bm25":
+        ranked, trace = [int(c) for c in np.argsort(-bm25.scores(text))[: cx.p.top_k]], []
+    else:
+        ranked, trace = run_method(cx, name, text)
+    row = {"method": name, "qid": qid, "ranked": ranked, "calls": reader.calls - calls0,
+           "tokens": reader.tokens - tok0, "near_misses": reader.nearmiss_accepted - nm0,
+           "latency_s": time.perf_counter() - t0, "trace": json.dumps(trace)}
+    row.update({k: getattr(reader, k) - v0 for k, v0 in cost0.items()})  # an endpoint's token split and $
+    if "usd" in row:   # priced from this query's tokens, not a difference of running float sums
+        row["usd"] = reader.usd_of(row["tokens_in"], row["tokens_out"])
+    if qa is not None:
+        calls0, tok0 = reader.calls, reader.tokens
+        row["prediction"] = reader.answer(text, [cx.index.comp_text[c] for c in ranked[:qa_top_k]]) if qa else ""
+        row["qa_calls"], row["qa_tokens"] = reader.calls - calls0, reader.tokens - tok0
+    return row
+
+
+def _serialised(encode):
+    lock = threading.Lock()
+
+    def locked(texts):
+        with lock:
+            return encode(texts)
+    return locked
 
 
 def retrieve_stage(cfg, ctx) -> None:
@@ -75,7 +116,9 @@ def retrieve_stage(cfg, ctx) -> None:
         def make_reader(_eps):
             readers.append(make_llm_reader(cfg.paper))
             return readers[-1]
-    cols = run_all(index, encoder, queries, cfg.retrieve, int(seed), ctx.progress, dev, make_reader)
+    qa = tuple(cfg.paper.qa_methods) if cfg.retrieve.reader == "openai" else ()  # offline: no generator
+    cols = run_all(index, encoder, queries, cfg.retrieve, int(seed), ctx.progress, dev, make_reader, qa,
+                   cfg.paper.qa_top_k, cfg.paper.query_workers)
     write_table(ctx.out_dir / "runs.parquet", cols)
     write_json_atomic(ctx.out_dir / "encoded_subqueries.json", {"n": len(encoder.cache)})
     metrics = {"n_runs": len(cols["qid"]), "n_encoded_texts": len(encoder.cache)}

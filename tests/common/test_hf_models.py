@@ -94,3 +94,48 @@ def test_device_policy_on_cpu():
     assert resolve_dtype("cpu", "bfloat16") == torch.bfloat16
     with pytest.raises(RuntimeError, match="no CUDA device"):
         resolve_device("cuda")
+
+
+CUSTOM_CODE = '''
+import torch
+from transformers import PretrainedConfig, PreTrainedModel
+
+
+class TinyEchoConfig(PretrainedConfig):
+    model_type = "tiny_echo_encoder"
+
+    def __init__(self, hidden_size=4, **kwargs):
+        self.hidden_size = hidden_size
+        super().__init__(**kwargs)
+
+
+class TinyEchoModel(PreTrainedModel):
+    config_class = TinyEchoConfig
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.proj = torch.nn.Linear(config.hidden_size, config.hidden_size)
+        self.post_init()
+
+    def custom_method(self):
+        return "ran the folder's own code"
+'''
+
+
+def _custom_code_folder(tmp_path):
+    """A folder whose config names a model type transformers does not know and whose modelling
+    code ships inside it (config auto_map), like MM-Embed's."""
+    from tests.common.custom_code import save_custom_code_model
+
+    return save_custom_code_model(tmp_path / "custom", CUSTOM_CODE, "tiny_echo_modeling", "TinyEchoConfig",
+                                  "TinyEchoModel")
+
+
+def test_a_folder_with_custom_code_loads_only_when_asked(tmp_path):
+    folder = _custom_code_folder(tmp_path)
+    config = (folder / "config.json").read_text()
+    assert "auto_map" in config and (folder / "tiny_echo_modeling.py").is_file()
+    with pytest.raises(ValueError, match="trust_remote_code"):
+        load_model(folder, "encoder", device="cpu")            # default: the folder's code never runs
+    model = load_model(folder, "encoder", device="cpu", trust_remote_code=True)
+    assert model.custom_method() == "ran the folder's own code" and not model.training

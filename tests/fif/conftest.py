@@ -75,3 +75,10 @@ def reader_server():
     server = FakeReaderServer()
     yield server
     server.close()
+
+
+@pytest.fixture(scope="session")
+def tiny_mmembed(tmp_path_factory, tiny_checkpoints):
+    from tests.fif.paper_files import tiny_mmembed
+
+    return tiny_mmembed(tmp_path_factory.mktemp("fif-mmembed") / "mmembed", tiny_checkpoints.tokenizer())

@@ -50,11 +50,26 @@ def write_benchmark(root: Path, seed: int = 0, n_queries: int = 12) -> Path:
         "kind": [r[1] for r in rows], "text": [r[2] for r in rows], "links": [r[3] for r in rows],
         "image": [r[4] for r in rows]})
     write_table(root / "subcomponents.parquet", {"comp_id": [s[0] for s in subs], "text": [s[1] for s in subs]})
-    write_table(root / "queries.parquet", {"qid": [q["qid"] for q in queries], "text": [q["text"] for q in queries]})
+    texts = [q["text"] for q in queries]
+    history = [texts[max(0, i - 2):i] for i in range(len(texts))]     # a conversation: the earlier questions
+    write_table(root / "queries.parquet", {"qid": [q["qid"] for q in queries], "text": texts, "history": history})
+    golds = [(q["qid"], gold_answer(q["text"], [rows[q["chain"][-1]][2]])) for q in queries]
+    golds.append((queries[0]["qid"], "an alternative answer"))          # a second gold answer
+    write_table(root / "answers.parquet", {"qid": [q for q, _ in golds], "answer": [a for _, a in golds]})
     qrels = [(q["qid"], COMP0 + q["chain"][-1]) for q in queries]
     qrels.append((queries[0]["qid"], COMP0 + queries[0]["chain"][0]))   # a second relevant component
     write_table(root / "qrels.parquet", {"qid": [q for q, _ in qrels], "comp_id": [c for _, c in qrels]})
     return root
+
+
+FIELDS = {"birth year": "born", "population": "population", "material": "material", "colour": "colour"}
+
+
+def gold_answer(question: str, texts: list[str]) -> str:
+    """The value the question asks for, from the first text that states it ("" if none)."""
+    field = next((f for key, f in FIELDS.items() if key in question), None)
+    hits = (re.search(rf"{field}: (\w+)", t) for t in texts) if field else ()
+    return next((h.group(1) for h in hits if h), "")
 
 
 # --- the fake reader server -------------------------------------------------------------
@@ -71,6 +86,9 @@ def answer(prompt: str) -> dict:
         sub = field("Subquery")
         titles = re.findall(r"^\[\d+\] (.*?): ", prompt, re.M)
         return {"pages": [i for i, t in enumerate(titles) if t in sub]}
+    if prompt.startswith("Answer the question"):
+        comps = re.findall(r"^\[\d+\] (.*)$", prompt.split("Components:\n", 1)[1], re.M)
+        return {"answer": gold_answer(field("Question"), comps) or "unknown"}
     if prompt.startswith("Order the components"):
         return {"order": list(range(len(re.findall(r"^\[\d+\] ", prompt, re.M))))[::-1]}
     cands = [Candidate(m.group(2), [t for t in m.group(3).split("; ") if t])
@@ -121,3 +139,53 @@ def tiny_clip(folder: Path, tokenizer_folder: Path) -> Path:
 
     tok = AutoTokenizer.from_pretrained(str(tokenizer_folder))
     return save_model(build_tiny("clip", text_config={"vocab_size": len(tok)}), folder, tok)
+
+
+# --- an MM-Embed-shaped encoder folder (custom code) ---------------------------------------
+
+TINY_MMEMBED_CODE = '''"""A tiny stand-in with MM-Embed's encode() API (not its weights or architecture)."""
+import numpy as np
+import torch
+from transformers import PretrainedConfig, PreTrainedModel
+
+
+class TinyMMEmbedConfig(PretrainedConfig):
+    model_type = "tiny_mmembed"
+
+    def __init__(self, hidden_size=16, **kwargs):
+        self.hidden_size = hidden_size
+        super().__init__(**kwargs)
+
+
+class NVMMEmbedModel(PreTrainedModel):
+    config_class = TinyMMEmbedConfig
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.text = torch.nn.EmbeddingBag(256, config.hidden_size, mode="mean")
+        self.image = torch.nn.Linear(3, config.hidden_size)
+        self.query = torch.nn.Linear(config.hidden_size, config.hidden_size)
+        self.post_init()
+
+    def encode(self, inputs, is_query=False, instruction="", max_length=32):
+        rows = []
+        for x in inputs:
+            text = f"{instruction} {x['txt']}" if instruction else x["txt"]
+            ids = torch.tensor(list(text.encode()[:max_length]) or [0])
+            v = self.text(ids[None])[0]
+            if x.get("img") is not None:
+                v = v + self.image(torch.tensor(np.asarray(x["img"]), dtype=torch.float32).mean((0, 1)) / 255)
+            rows.append(self.query(v) if is_query else v)
+        return {"hidden_states": torch.stack(rows)}
+'''
+
+
+def tiny_mmembed(folder: Path, tokenizer_folder: Path) -> Path:
+    """A save_pretrained folder whose config names NVMMEmbedModel and ships its modelling code
+    (config auto_map), as nvidia/MM-Embed does, with a tiny tokenizer beside it."""
+    from transformers import AutoTokenizer
+
+    from tests.common.custom_code import save_custom_code_model
+
+    return save_custom_code_model(folder, TINY_MMEMBED_CODE, "modeling_nvmmembed", "TinyMMEmbedConfig",
+                                  "NVMMEmbedModel", AutoTokenizer.from_pretrained(str(tokenizer_folder)))

@@ -164,3 +164,95 @@ def test_every_relevant_component_of_a_query_counts():
             "tokens": [5, 5], "latency_s": [0.0, 0.0]}
     scores = score_runs(runs, qrels)["fif"]
     assert scores["R@1"] == 50.0 and scores["R@2"] == 100.0 and scores["MRR@10"] == 75.0
+
+
+def test_mmembed_folder_runs_its_own_code_only_with_trust_remote_code(tmp_path, benchmark, tiny_mmembed):
+    ready = {"corpus": {"data_root": str(benchmark)}, "embed": {"embedder": str(tiny_mmembed)},
+             "paper": {"reader_base_url": "http://127.0.0.1:1/v1", "reader_model": "m", "device": "cpu"}}
+    with pytest.raises(SystemExit) as err:
+        _paper(tmp_path, **ready)
+    assert "paper.trust_remote_code" in _one_line_error(err) and "auto_map" in str(err.value)
+    ready["paper"]["trust_remote_code"] = True
+    assert _paper(tmp_path, **ready).paper.trust_remote_code
+
+
+def test_mmembed_encoder_uses_its_encode_api_queries_with_the_instruction(benchmark, tiny_mmembed):
+    from components.fif.config import Embed, Paper
+    from components.fif.embed import MMEmbedEncoder, embed_nodes, make_encoder
+
+    enc = make_encoder(Embed(embedder=str(tiny_mmembed), max_tokens=64, batch=2),
+                       Paper(device="cpu", trust_remote_code=True))
+    assert isinstance(enc, MMEmbedEncoder)
+    image = sorted(str(p) for p in (benchmark / "images").glob("*.png"))[0]
+    nodes = {"text": ["Image of a statue.", "Image of a statue.", "a city"], "image": [image, "", ""]}
+    emb = embed_nodes(enc, nodes)
+    assert emb.shape == (3, 16) and np.allclose(np.linalg.norm(emb, axis=1), 1, atol=1e-5)
+    assert not np.allclose(emb[0], emb[1])               # image + caption is one input, not the caption alone
+    q = enc.encode_queries(["a city"])[0]
+    assert not np.allclose(q, emb[2])                     # the query side adds the instruction
+    direct = enc.model.encode([{"txt": "a city"}], is_query=True, instruction=Paper().query_instruction,
+                              max_length=64)["hidden_states"][0]
+    assert np.allclose(q, (direct / direct.norm()).detach().numpy(), atol=1e-6)
+    assert set(enc.cache) == {"p|Image of a statue.", "p|a city", "q|a city"}
+
+
+def test_retrievers_encode_subqueries_on_the_query_side(tiny):
+    """An asymmetric encoder (MM-Embed) embeds queries with its instruction: run_all must hand
+    the retrievers encode_queries, not the corpus-side encode."""
+    from components.fif.graph_index import GraphIndex
+    from components.fif.retrieve import run_all
+    from tests.fif.conftest import bow_encode
+
+    class Asymmetric:
+        cache: dict = {}
+        queries: list = []
+
+        def encode(self, texts):
+            raise AssertionError("corpus-side encode used for a query")
+
+        def encode_queries(self, texts):
+            self.queries += list(texts)
+            return bow_encode(list(texts))
+
+    index = GraphIndex.load(tiny["corpus"], tiny["graph"], tiny["embed"])
+    p = tiny["cfg"].retrieve.model_copy(update={"methods": ["dense"], "robustness_errors": []})
+    enc = Asymmetric()
+    cols = run_all(index, enc, {"qid": ["q0"], "text": ["Who founded X?"]}, p, 0)
+    assert enc.queries == ["Who founded X?"] and len(cols["ranked"][0]) == p.top_k
+
+
+def test_queries_in_parallel_give_the_serial_runs(tiny, reader_server):
+    """paper.query_workers > 1: a method's queries run in threads, one endpoint reader each;
+    with a deterministic endpoint every row (ranking, trace, calls, tokens, answer) equals the
+    serial run's, in query order."""
+    from components.fif.config import Paper
+    from components.fif.graph_index import GraphIndex
+    from components.fif.llm_reader import make_llm_reader
+    from components.fif.retrieve import run_all
+    from tests.fif.conftest import BowEncoder
+
+    index = GraphIndex.load(tiny["corpus"], tiny["graph"], tiny["embed"])
+    queries = pq.read_table(tiny["corpus"] / "queries.parquet").to_pydict()
+    p = tiny["cfg"].retrieve.model_copy(update={"methods": ["fif", "ircot_like"], "robustness_errors": []})
+    paper = Paper(reader_base_url=reader_server.url, reader_model="fake")
+    runs = [run_all(index, BowEncoder(), queries, p, 0, make_reader=lambda _eps: make_llm_reader(paper),
+                    qa_methods=("fif",), workers=w) for w in (1, 4)]
+    for key in runs[0]:
+        if key != "latency_s":
+            assert runs[0][key] == runs[1][key], key
+    assert runs[0]["qid"][:len(queries["qid"])] == queries["qid"] and any(runs[1]["prediction"])
+
+
+def test_parallel_queries_need_the_endpoint_reader(tmp_path):
+    with pytest.raises(SystemExit) as err:
+        validate_config(get("fif"), "small", {"paper": {"query_workers": 2}})
+    assert "paper.query_workers" in _one_line_error(err)
+
+
+def test_history_turns_need_a_history_column(tmp_path, benchmark):
+    root = tmp_path / "bench"
+    shutil.copytree(benchmark, root)
+    pq.write_table(pq.read_table(root / "queries.parquet").drop(["history"]), root / "queries.parquet")
+    with pytest.raises(SystemExit) as err:
+        _paper(tmp_path, corpus={"data_root": str(root), "history_turns": 2})
+    assert "corpus.history_turns" in _one_line_error(err)
