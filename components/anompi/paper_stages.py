@@ -159,13 +159,18 @@ def passive_baselines(cfg, ctx) -> None:
 
 
 def _episodes(llm, env, patches: Patches, videos, mode: str, cfg, rng=None, labels=None) -> list[Record]:
+    """Episodes on ``videos``; each mode reads only the params its stages declare (sampling:
+    ``rollout``; the script: ``sft``)."""
     p, out = cfg.paper, []
+    knobs = {}
+    if mode == "sample":
+        knobs = {"temperature": cfg.rollout.temperature, "epsilon": cfg.rollout.epsilon}
+    elif mode == "script":
+        knobs = {"script_threshold": cfg.sft.saliency_threshold}
     for v in videos:
         x = patches(int(v))
-        out.append(run_episode(llm, env, int(v), x, patches.grid, mode=mode, rng=rng,
-                               temperature=cfg.rollout.temperature, epsilon=cfg.rollout.epsilon,
-                               thought_tokens=p.thought_tokens, label=-1 if labels is None else int(labels[v]),
-                               script_threshold=cfg.sft.saliency_threshold, score_batch=p.score_batch))
+        out.append(run_episode(llm, env, int(v), x, patches.grid, mode=mode, rng=rng, thought_tokens=p.thought_tokens,
+                               label=-1 if labels is None else int(labels[v]), score_batch=p.score_batch, **knobs))
     return out
 
 
