@@ -102,10 +102,26 @@ class Evaluate(Section):
 
 
 class Paper(Section):
-    """paper profile: a ~2B video LLM and real VAU data sets from local paths (not bundled)."""
+    """paper profile: a Qwen2-VL video LLM as the viewing policy on UCF-Crime / XD-Violence
+    (components/anompi/paper_stages.py). Nothing is bundled or downloaded."""
     enabled: bool = False
-    model_path: str = ""           # e.g. a Qwen2-VL-2B / InternVL2.5-2B checkpoint folder
-    dataset_root: str = ""         # e.g. UCF-Crime / XD-Violence / HIVAU-70k videos + labels
+    model_path: str = ""           # a Qwen2-VL save_pretrained folder, e.g. Qwen2-VL-2B-Instruct
+    dataset: str = "ucf_crime"     # ucf_crime | xd_violence (published layouts: vau_data.py)
+    dataset_root: str = ""
+    n_frames: int = 128            # T: frames decoded per video at uniform positions
+    frame_size: int = 224          # square side after resizing (Qwen2-VL: 64 visual tokens)
+    max_videos: int = 0            # per split, 0 = all (a seeded subset otherwise)
+    val_share: float = 0.1         # validation: a seeded share of the training list
+    device: str = "auto"           # CUDA when visible
+    dtype: str = "auto"            # bf16 on GPU, fp32 on CPU
+    lora_rank: int = 16            # policies are LoRA adapters on the frozen checkpoint
+    sft_videos: int = 600          # scripted chats for the warm start
+    sft_steps: int = 600
+    sft_lr: float = 1e-4
+    dpo_lr: float = 5e-6
+    dpo_batch: int = 8             # pairs per optimizer step
+    thought_tokens: int = 48       # free-text thought before each operator (0 = none)
+    score_batch: int = 8           # candidate strings scored per forward
 
 
 class AnompiConfig(MethodConfig):
@@ -133,24 +149,37 @@ class AnompiConfig(MethodConfig):
     }
     PAPER: ClassVar[dict] = {
         "paper": {"enabled": True},
+        "sft": {"saliency_threshold": 0.0},     # the script always searches (saliency is relative)
+        "rollout": {"n_videos": 400, "per_video": 8},
+        "idpo": {"rounds": 2, "epochs": 2},
+        "evaluate": {"passive_frames": [8, 16, 24, 32]},
     }
 
     def preflight(self) -> None:
-        """The paper profile must never run the toy: missing paths fail on their key, and valid
-        paths fail too, because the video-LLM path is not built yet (both one line)."""
+        """Paper profile: the checkpoint must be a Qwen2-VL folder with its tokenizer and image
+        processor, and the data set root must hold the published layout (one line, naming the key)."""
         if not self.paper.enabled:
             return
-        from components.common.preflight import require_dir
+        from components.anompi.vau_data import LAYOUTS
+        from components.common.hf_models import read_config
+        from components.common.preflight import (PreflightError, require_checkpoint, require_dir,
+                                                 require_tokenizer)
 
-        require_dir("paper.model_path", self.paper.model_path,
-                    "a ~2B video LLM save_pretrained folder (e.g. Qwen2-VL-2B-Instruct)")
-        require_dir("paper.dataset_root", self.paper.dataset_root,
-                    "a VAU data set folder (e.g. UCF-Crime / XD-Violence videos + labels)")
-        raise PaperPathNotImplemented(
-            f"anompi paper profile: the video-LLM paper path is not implemented yet "
-            f"(paper.model_path = {self.paper.model_path!r}); only the procedural small and smoke "
-            "profiles run, and the paper profile refuses to fall back to them")
+        p = self.paper
+        what = "a Qwen2-VL save_pretrained folder (e.g. Qwen2-VL-2B-Instruct)"
+        require_checkpoint("paper.model_path", p.model_path, what)
+        require_tokenizer("paper.model_path", p.model_path, what)
+        require_dir("paper.model_path", p.model_path, what + " with preprocessor_config.json",
+                    ("preprocessor_config.json",))
+        model_type = read_config(p.model_path).get("model_type")
+        if model_type not in VIDEO_LLM_TYPES:
+            raise PreflightError("paper.model_path", p.model_path, what,
+                                 f"is a {model_type!r} checkpoint, not one of {', '.join(VIDEO_LLM_TYPES)}")
+        if p.dataset not in LAYOUTS:
+            raise PreflightError("paper.dataset", p.dataset, " or ".join(LAYOUTS), "is not a known data set")
+        require_dir("paper.dataset_root", p.dataset_root, LAYOUTS[p.dataset], DATASET_PATTERNS[p.dataset])
 
 
-class PaperPathNotImplemented(ValueError):
-    """The paper profile was asked for with valid paths; nothing runs (never the toy)."""
+VIDEO_LLM_TYPES = ("qwen2_vl", "qwen2_5_vl")
+DATASET_PATTERNS = {"ucf_crime": ("**/Anomaly_Train.txt", "**/Anomaly_Test.txt"),
+                    "xd_violence": ("train/*_label_*", "test/*_label_*")}

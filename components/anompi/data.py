@@ -5,6 +5,7 @@ import numpy as np
 
 from components.anompi.config import CLASSES
 from components.anompi.video import make_specs
+from components.anompi import paper_stages
 from components.common.io import read_table, write_table
 
 
@@ -23,6 +24,8 @@ def split_specs(env) -> dict[str, dict[str, np.ndarray]]:
 
 
 def build_env_stage(cfg, ctx) -> None:
+    if cfg.paper.enabled:                     # the video-LLM branch (paper_stages.py)
+        return paper_stages.build_env(cfg, ctx)
     env = cfg.env
     for split, specs in split_specs(env).items():
         write_table(ctx.out_dir / f"{split}.parquet", specs)

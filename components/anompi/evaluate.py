@@ -21,6 +21,7 @@ from components.anompi.passive import (fixed_embeddings, head_accuracy, load_pas
 from components.anompi.perception import belief
 from components.anompi.policy import run_episodes
 from components.anompi.train import load_policy, make_env
+from components.anompi import paper_stages
 from components.common.io import write_table
 
 
@@ -130,6 +131,8 @@ def evaluate_split(cfg, env_dir, pdir, heads_dir, runs: dict, split: str, seed: 
 
 
 def evaluate_stage(cfg, ctx) -> None:
+    if cfg.paper.enabled:                     # the video-LLM branch (paper_stages.py)
+        return paper_stages.evaluate(cfg, ctx)
     seed = int(ctx.item["seed"])
     rows, results, metrics = evaluate_split(
         cfg, ctx.inputs["build_env"], ctx.inputs["pretrain_perception"],

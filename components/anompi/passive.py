@@ -20,6 +20,7 @@ from components.anompi.data import labels_only, load_specs
 from components.anompi.env import PASSIVE_SAMPLERS, uniform_frames
 from components.anompi.perception import BeliefHead, belief
 from components.anompi.pretrain import load_cache, load_head
+from components.anompi import paper_stages
 from components.common.io import load_torch, save_torch
 from components.common.seeds import seed_everything
 
@@ -74,6 +75,8 @@ def oracle_accuracy(head: BeliefHead, cache, frames: list[np.ndarray], y: np.nda
 
 
 def passive_baselines_stage(cfg, ctx) -> None:
+    if cfg.paper.enabled:                     # the video-LLM branch (paper_stages.py)
+        return paper_stages.passive_baselines(cfg, ctx)
     seed_everything(cfg.passive.seed)
     env_dir, pdir = ctx.inputs["build_env"], ctx.inputs["pretrain_perception"]
     y_train = labels_only(load_specs(env_dir / "train.parquet"))

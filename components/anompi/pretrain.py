@@ -10,11 +10,14 @@ from components.anompi.env import uniform_frames
 from components.anompi.perception import (BeliefHead, ClipEncoder, belief, descriptors, encode_videos,
                                          train_perception)
 from components.anompi.video import render_all
+from components.anompi import paper_stages
 from components.common.io import load_torch, save_torch
 from components.common.seeds import seed_everything
 
 
 def pretrain_perception_stage(cfg, ctx) -> None:
+    if cfg.paper.enabled:                     # the video-LLM branch (paper_stages.py)
+        return paper_stages.pretrain_perception(cfg, ctx)
     seed_everything(cfg.perception.seed)
     env_dir = ctx.inputs["build_env"]
     specs = {split: load_specs(env_dir / f"{split}.parquet") for split in SPLITS}

@@ -12,6 +12,7 @@ from components.anompi.policy import (PAIR_KINDS, PolicyNet, aei_utility, dpo_lo
                                       preference_pairs, run_episodes, stack_features,
                                       trajectory_logp)
 from components.anompi.pretrain import load_cache, load_head
+from components.anompi import paper_stages
 from components.common.io import load_torch, read_table, save_torch, write_table
 from components.common.seeds import seed_everything
 from components.common.train import fit
@@ -52,6 +53,8 @@ def replay(env: ActiveEnv, vid: torch.Tensor, actions: torch.Tensor, chunk: int 
 
 # -- warm start ----------------------------------------------------------------------------------
 def sft_policy_stage(cfg, ctx) -> None:
+    if cfg.paper.enabled:                     # the video-LLM branch (paper_stages.py)
+        return paper_stages.sft_policy(cfg, ctx)
     seed = int(ctx.item["seed"])
     seed_everything(seed)
     pdir = ctx.inputs["pretrain_perception"]
@@ -126,6 +129,8 @@ def rollouts_from_table(table) -> dict:
 
 
 def rollout_stage(cfg, ctx) -> None:
+    if cfg.paper.enabled:                     # the video-LLM branch (paper_stages.py)
+        return paper_stages.rollout(cfg, ctx)
     seed = int(ctx.item["seed"])
     seed_everything(seed)
     env = make_env(ctx.inputs["pretrain_perception"], cfg.policy)
@@ -216,6 +221,8 @@ def idpo_round(policy: PolicyNet, env: ActiveEnv, ro: dict, pairs, cfg, rng, ctx
 
 
 def train_idpo_stage(cfg, ctx) -> None:
+    if cfg.paper.enabled:                     # the video-LLM branch (paper_stages.py)
+        return paper_stages.train_idpo(cfg, ctx)
     variant, seed = ctx.item["variant"], int(ctx.item["seed"])
     seed_everything(seed)
     rng = np.random.default_rng(seed)

@@ -195,34 +195,3 @@ def test_bound_is_monotone_and_dense_is_perfect():
     assert all(a <= b + 1e-12 for a, b in zip(accs, accs[1:]))
     assert passive_bound(T, np.arange(T), env.actor_len, env.event_len,
                          env.distractor_rate)["accuracy"] == pytest.approx(1.0)
-
-
-# -- the paper profile ----------------------------------------------------------------------------
-def test_paper_profile_never_runs_the_toy(tmp_path):
-    """Bug fix: with valid paths the paper profile used to pass preflight and run the toy."""
-    from components.common.preflight import PreflightError
-
-    with pytest.raises(PreflightError, match="paper.model_path"):
-        AnompiConfig.for_profile("paper").preflight()
-    model, data = tmp_path / "model", tmp_path / "data"
-    model.mkdir(), data.mkdir()
-    with pytest.raises(PreflightError, match="paper.dataset_root"):
-        AnompiConfig.for_profile("paper", {"paper": {"model_path": str(model)}}).preflight()
-    cfg = AnompiConfig.for_profile("paper", {"paper": {"model_path": str(model), "dataset_root": str(data)}})
-    with pytest.raises(ValueError, match="video-LLM paper path is not implemented yet") as err:
-        cfg.preflight()
-    assert "paper.model_path" in str(err.value) and "\n" not in str(err.value)
-    AnompiConfig.for_profile("small").preflight()          # the small profile needs no path
-
-
-def test_paper_profile_with_valid_paths_fails_in_one_line_before_running(tmp_path):
-    from flows.runtime.registry import get
-    from flows.runtime.runner import validate_config
-
-    model, data = tmp_path / "model", tmp_path / "data"
-    model.mkdir(), data.mkdir()
-    with pytest.raises(SystemExit) as err:
-        validate_config(get("anompi"), "paper", {"paper": {"model_path": str(model),
-                                                           "dataset_root": str(data)}})
-    line = str(err.value.code)
-    assert "not implemented yet" in line and "paper.model_path" in line and "\n" not in line
