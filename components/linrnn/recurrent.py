@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 DT_MIN, DT_MAX = 1e-3, 1e-1          # S5's range for the initial discretisation steps
+TRUNCATED_STD = 0.87962566103423978  # standard deviation of a standard normal truncated to [-2, 2]
 
 
 def affine_scan(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor, diagonal: bool = True) -> torch.Tensor:
@@ -52,6 +53,17 @@ def hippo_diagonal(n: int) -> tuple[np.ndarray, np.ndarray]:
     return -0.5 + 1j * omega, V
 
 
+def truncated_normal(rng: np.random.Generator, shape, std: float) -> np.ndarray:
+    """JAX's lecun-normal draw: a standard normal truncated to [-2, 2] (values outside are
+    redrawn), rescaled so that the result has standard deviation ``std``."""
+    z = rng.standard_normal(shape)
+    outside = np.abs(z) > 2
+    while outside.any():
+        z[outside] = rng.standard_normal(int(outside.sum()))
+        outside = np.abs(z) > 2
+    return z * std / TRUNCATED_STD
+
+
 def _complex_param(values: np.ndarray) -> tuple[nn.Parameter, nn.Parameter]:
     return (nn.Parameter(torch.tensor(values.real, dtype=torch.float32)),
             nn.Parameter(torch.tensor(values.imag, dtype=torch.float32)))
@@ -68,9 +80,9 @@ class S5SSM(nn.Module):
         half = size // 2
         V = V[:, :half]                                       # one of each conjugate pair
         self.lambda_re, self.lambda_im = _complex_param(eigs[:half])
-        B = rng.normal(0, 1 / math.sqrt(size), (size, width))            # lecun-normal scale
+        B = truncated_normal(rng, (size, width), 1 / math.sqrt(size))        # JAX's lecun_normal
         self.b_re, self.b_im = _complex_param(V.conj().T @ B)
-        C = rng.normal(0, 1 / math.sqrt(size * width), (width, size, 2))
+        C = truncated_normal(rng, (width, size, 2), 1 / math.sqrt(size * width))
         self.c_re, self.c_im = _complex_param((C[..., 0] + 1j * C[..., 1]) @ V)
         self.D = nn.Parameter(torch.tensor(rng.normal(0, 1, width), dtype=torch.float32))
         self.log_step = nn.Parameter(torch.tensor(
@@ -126,6 +138,8 @@ class S5Policy(nn.Module):
                  rng: np.random.Generator):
         super().__init__()
         self.encoder = nn.Sequential(nn.Linear(in_dim, 128), nn.LeakyReLU(), nn.Linear(128, width), nn.LeakyReLU())
+        for layer in self.encoder[::2]:
+            layer.orthogonal_gain = math.sqrt(2)     # Lu et al.'s encoder init (network = popjaxrl)
         self.blocks = nn.ModuleList(S5Block(width, size, rng) for _ in range(layers))
         self.head, self.size = head, size
 
@@ -147,9 +161,13 @@ class S5Policy(nn.Module):
         return self.head(z)
 
 
-def random_orthogonal(n: int, rng: np.random.Generator) -> np.ndarray:
-    q, r = np.linalg.qr(rng.normal(size=(n, n)))
-    return q * np.sign(np.diag(r))
+def random_orthogonal(n: int, rng: np.random.Generator, cols: int | None = None) -> np.ndarray:
+    """A random (n, cols) matrix with orthonormal rows or columns (whichever are fewer), as
+    flax's ``orthogonal`` initialiser draws it; square when ``cols`` is not given."""
+    cols = n if cols is None else cols
+    q, r = np.linalg.qr(rng.normal(size=(max(n, cols), min(n, cols))))
+    q = q * np.sign(np.diag(r))
+    return q if n >= cols else q.T
 
 
 class DeepALFPolicy(nn.Module):
