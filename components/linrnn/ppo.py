@@ -30,7 +30,8 @@ from components.common.io import save_torch, write_table
 from components.common.rl import gae, ppo_loss
 from components.common.seeds import seed_everything
 from components.linrnn.config import FILTER_VARIANTS, parse_recurrent
-from components.linrnn.recurrent import DeepALFPolicy, S5Policy, random_orthogonal, truncated_normal
+from components.common.linear_recurrence import truncated_normal
+from components.linrnn.recurrent import DeepALFPolicy, S5Policy, random_orthogonal
 from components.linrnn.ringworld import MOVES, FilterFeatures, RingSpec, RingWorld
 
 N_ACTIONS = len(MOVES)

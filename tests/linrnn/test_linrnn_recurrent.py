@@ -7,7 +7,8 @@ import torch
 from components.linrnn.config import LinrnnConfig
 from components.linrnn.ppo import MLPHead, N_ACTIONS, InputFeatures, build, train_ppo
 from components.linrnn.config import parse_recurrent
-from components.linrnn.recurrent import DeepALFPolicy, S5Policy, affine_scan, hippo_diagonal
+from components.common.linear_recurrence import affine_scan, hippo_diagonal
+from components.linrnn.recurrent import DeepALFPolicy, S5Policy
 from components.linrnn.ringworld import MOVES, FilterFeatures, RingSpec
 
 
@@ -128,7 +129,7 @@ def test_the_paper_variants_train_a_few_updates_on_cpu():
 
 
 def test_truncated_normal_stays_within_two_deviations_and_keeps_the_scale():
-    from components.linrnn.recurrent import TRUNCATED_STD, truncated_normal
+    from components.common.linear_recurrence import TRUNCATED_STD, truncated_normal
 
     z = truncated_normal(np.random.default_rng(3), (200, 100), 0.5)
     assert np.abs(z).max() <= 2 * 0.5 / TRUNCATED_STD
