@@ -22,12 +22,27 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, last_v
 
 def ppo_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
              values: torch.Tensor, returns: torch.Tensor, entropy: torch.Tensor,
-             clip: float = 0.2, value_coef: float = 0.5, entropy_coef: float = 0.01) -> torch.Tensor:
-    """Clipped surrogate + value regression - entropy bonus (Schulman et al. 2017)."""
+             clip: float = 0.2, value_coef: float = 0.5, entropy_coef: float = 0.01,
+             old_values: torch.Tensor | None = None) -> torch.Tensor:
+    """Clipped surrogate + value regression - entropy bonus (Schulman et al. 2017).
+    With ``old_values`` (the values predicted when the rollout was collected) the value error is
+    clipped as in PureJaxRL/popjaxrl and the baselines: the larger of the squared errors of the
+    new value and of the new value moved at most ``clip`` away from the old one."""
     adv = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
     ratio = torch.exp(new_logp - old_logp)
     surrogate = torch.min(ratio * adv, torch.clamp(ratio, 1 - clip, 1 + clip) * adv)
-    return -surrogate.mean() + value_coef * (returns - values).pow(2).mean() - entropy_coef * entropy.mean()
+    value = value_error(values, returns, old_values, clip)
+    return -surrogate.mean() + value_coef * value - entropy_coef * entropy.mean()
+
+
+def value_error(values: torch.Tensor, returns: torch.Tensor, old_values: torch.Tensor | None = None,
+                clip: float = 0.2) -> torch.Tensor:
+    """Mean squared value error; clipped around ``old_values`` when they are given."""
+    squared = (returns - values).pow(2)
+    if old_values is None:
+        return squared.mean()
+    clipped = old_values + torch.clamp(values - old_values, -clip, clip)
+    return torch.max(squared, (returns - clipped).pow(2)).mean()
 
 
 def group_advantages(rewards: torch.Tensor, kind: str = "grpo", eps: float = 1e-6) -> torch.Tensor:

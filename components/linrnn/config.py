@@ -66,6 +66,8 @@ class RingWorld(Section):
     minibatches: int = 4
     entropy_coef: float = 0.01
     value_coef: float = 0.5          # weight of the squared value error
+    clip_value_loss: bool = False    # paper: clip the value error around the rollout's values (popjaxrl)
+    network: str = "mlp"             # "mlp": shared tanh trunk, torch init; "popjaxrl": Lu et al.'s
     adam_eps: float = 1e-8           # torch's default; Lu et al. use 1e-5
     device: str = "cpu"              # "auto" (paper): CUDA when visible, else CPU
     auc_bins: int = 20               # the learning curve is averaged in this many env-step bins
@@ -86,6 +88,7 @@ def known_variant(variant: str) -> bool:
     return variant == "lru" or variant in FILTER_VARIANTS or parse_recurrent(variant) is not None
 
 
+NETWORKS = ("mlp", "popjaxrl")
 PAPER_VARIANTS = ["memoryless", "lof_direct", "lof_softmax", "alf_direct", "alf_softmax",
                   "deep_alf_h12", "s5_h12", "s5_h256"]
 
@@ -101,6 +104,8 @@ def check_ringworld(p: RingWorld) -> None:
                              "(S5 keeps conjugate pairs)")
         if kind == "deep_alf" and size < 1:
             raise ValueError(f"ringworld.variants: {variant!r} needs a state size >= 1")
+    if p.network not in NETWORKS:
+        raise ValueError(f"ringworld.network: unknown network {p.network!r}; choose {' or '.join(NETWORKS)}")
     if p.device.startswith("cuda"):
         import torch
 
@@ -126,17 +131,23 @@ class LinrnnConfig(MethodConfig):
                       "n_envs": 32, "auc_bins": 4},
     }
     # The paper's RL study (section 6.2): its seven memories (plus memoryless, the reference of
-    # C5b/c), 8 seeds, 30M env steps, PPO with the hyper-parameters of Lu et al. 2023
-    # (popjaxrl's POPGym runs: lr 5e-5, 64 envs x 1024 steps, 30 epochs x 8 minibatches,
-    # gamma 0.99, GAE 1, clip 0.2, no entropy bonus, value weight 1 on half the squared error,
-    # Adam eps 1e-5, grad norm 0.5, no lr annealing). The filter stages keep the small setting,
-    # which is already the paper's.
+    # C5b/c), 8 seeds, 30M env steps, on the paper's RingWorld (12 positions, goals 2 and 3,
+    # traps 6, 11 and 12 in its 1-based numbering; beacon angles and start rule unspecified:
+    # 4 evenly spaced beacons, starts anywhere off the terminals), PPO with the hyper-parameters
+    # of Lu et al. 2023 (popjaxrl's POPGym runs: lr 5e-5, 64 envs x 1024 steps, 30 epochs x 8
+    # minibatches, gamma 0.99, GAE 1, clip 0.2 for the ratio and the value, no entropy bonus,
+    # value weight 1 on half the squared error, Adam eps 1e-5, grad norm 0.5, no lr annealing)
+    # and their actor-critic network. The filter stages keep the small setting, which is
+    # already the paper's.
     PAPER: ClassVar[dict] = {
         "seeds": [0, 1, 2, 3, 4, 5, 6, 7],
-        "ringworld": {"variants": PAPER_VARIANTS, "total_steps": 30_000_000, "n_envs": 64,
+        "ringworld": {"variants": PAPER_VARIANTS, "n_pos": 12, "goals": [1, 2], "traps": [5, 10, 11],
+                      "beacon_deg": [0.0, 90.0, 180.0, 270.0], "min_start_moves": 1,
+                      "total_steps": 30_000_000, "n_envs": 64,
                       "rollout_len": 1024, "ppo_epochs": 30, "minibatches": 8, "lr": 5e-5,
-                      "gamma": 0.99, "gae_lambda": 1.0, "clip": 0.2, "entropy_coef": 0.0,
-                      "value_coef": 0.5, "adam_eps": 1e-5, "hidden": 128, "device": "auto"},
+                      "gamma": 0.99, "gae_lambda": 1.0, "clip": 0.2, "clip_value_loss": True,
+                      "entropy_coef": 0.0, "value_coef": 0.5, "adam_eps": 1e-5, "hidden": 128,
+                      "network": "popjaxrl", "device": "auto"},
     }
 
     def preflight(self) -> None:

@@ -9,11 +9,13 @@
   an S5 stack with N state dimensions per layer and the learned ALF with N states, over the
   same inputs as ``lru`` and into the same MLP.
 
-Every variant gets the same budget and the same PPO settings; minibatches are whole env
-columns of the rollout (what BPTT needs), for all variants alike. All randomness comes from
-one numpy generator per run (parameter init, action sampling, minibatch order): runs of the
-fan-out share a process under the threads executor, so torch's global generator would make
-them depend on each other's timing.
+Every variant gets the same budget, the same PPO settings and the same head (``network``:
+the small profile's shared tanh MLP, or Lu et al.'s separate actor and critic bodies with
+their initialisation in the paper profile, which also clips the value loss as they do);
+minibatches are whole env columns of the rollout (what BPTT needs), for all variants alike.
+All randomness comes from one numpy generator per run (parameter init, action sampling,
+minibatch order): runs of the fan-out share a process under the threads executor, so
+torch's global generator would make them depend on each other's timing.
 """
 from __future__ import annotations
 
@@ -28,7 +30,8 @@ from components.common.io import save_torch, write_table
 from components.common.rl import gae, ppo_loss
 from components.common.seeds import seed_everything
 from components.linrnn.config import FILTER_VARIANTS, parse_recurrent
-from components.linrnn.recurrent import DeepALFPolicy, S5Policy
+from components.common.linear_recurrence import truncated_normal
+from components.linrnn.recurrent import DeepALFPolicy, S5Policy, random_orthogonal
 from components.linrnn.ringworld import MOVES, FilterFeatures, RingSpec, RingWorld
 
 N_ACTIONS = len(MOVES)
@@ -73,14 +76,34 @@ class MLPHead(nn.Module):
         return self.pi(h), self.v(h).squeeze(-1)
 
 
+class ActorCriticHead(nn.Module):
+    """Lu et al.'s (2023) PPO head: separate actor and critic bodies of two leaky-ReLU layers
+    each, orthogonal initialisation with gains 2 (bodies), 0.01 (policy) and 1 (value)."""
+
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.actor, self.critic = (nn.Sequential(nn.Linear(dim, hidden), nn.LeakyReLU(),
+                                                 nn.Linear(hidden, hidden), nn.LeakyReLU()) for _ in range(2))
+        self.pi, self.v = nn.Linear(hidden, N_ACTIONS), nn.Linear(hidden, 1)
+        for layer in [*self.actor[::2], *self.critic[::2]]:
+            layer.orthogonal_gain = 2.0
+        self.pi.orthogonal_gain, self.v.orthogonal_gain = 0.01, 1.0
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.pi(self.actor(x)), self.v(self.critic(x)).squeeze(-1)
+
+
+NETWORKS = {"mlp": MLPHead, "popjaxrl": ActorCriticHead}
+
+
 class FeaturePolicy(nn.Module):
     """Memoryless in itself: everything it remembers is in the fixed features."""
 
     state_size = 0
 
-    def __init__(self, dim: int, hidden: int):
+    def __init__(self, head: nn.Module):
         super().__init__()
-        self.head = MLPHead(dim, hidden)
+        self.head = head
 
     def initial_state(self, n: int) -> torch.Tensor:
         return torch.zeros(n, self.state_size)
@@ -119,10 +142,10 @@ class RecurrentPolicy(nn.Module):
     """Diagonal linear RNN, then the MLP head on [Re h, Im h, x] (the S5/LRU output map C h + D x
     folded into the head's first layer)."""
 
-    def __init__(self, in_dim: int, size: int, hidden: int, rng: np.random.Generator):
+    def __init__(self, in_dim: int, size: int, head_class, hidden: int, rng: np.random.Generator):
         super().__init__()
         self.rnn = DiagonalLinearRNN(in_dim, size, rng)
-        self.head = MLPHead(2 * size + in_dim, hidden)
+        self.head = head_class(2 * size + in_dim, hidden)
         self.state_size = 2 * size
 
     def initial_state(self, n: int) -> torch.Tensor:
@@ -152,24 +175,44 @@ def init_parameters(model: nn.Module, rng: np.random.Generator) -> None:
                         param.copy_(torch.from_numpy(rng.uniform(-bound, bound, param.shape)))
 
 
+def init_popjaxrl(model: nn.Module, rng: np.random.Generator) -> None:
+    """Lu et al.'s (flax) initialisers, drawn from ``rng``: orthogonal weights where a layer
+    names its gain, lecun-normal (truncated) weights elsewhere, zero biases."""
+    for module in model.modules():
+        if isinstance(module, nn.Linear):
+            gain = getattr(module, "orthogonal_gain", None)
+            out_dim, in_dim = module.weight.shape
+            weight = (gain * random_orthogonal(out_dim, rng, in_dim) if gain is not None
+                      else truncated_normal(rng, (out_dim, in_dim), 1 / math.sqrt(in_dim)))
+            with torch.no_grad():
+                module.weight.copy_(torch.from_numpy(weight))
+                if module.bias is not None:
+                    module.bias.zero_()
+
+
+INITIALISERS = {"mlp": init_parameters, "popjaxrl": init_popjaxrl}
+
+
 def build(variant: str, spec: RingSpec, p, rng: np.random.Generator):
-    recurrent = parse_recurrent(variant)
+    """The variant's memory and model; ``p.network`` picks the head and its initialisation
+    (``mlp``: one shared tanh trunk, torch's default init; ``popjaxrl``: Lu et al.'s)."""
+    recurrent, head = parse_recurrent(variant), NETWORKS[p.network]
     if variant == "lru":
         memory = InputFeatures(spec, p.n_envs)
-        model = RecurrentPolicy(memory.dim, p.rnn_hidden, p.hidden, rng)
+        model = RecurrentPolicy(memory.dim, p.rnn_hidden, head, p.hidden, rng)
     elif recurrent:
         kind, size = recurrent
         memory = InputFeatures(spec, p.n_envs)
         if kind == "s5":
-            model = S5Policy(memory.dim, size, p.s5_width, p.s5_layers, MLPHead(p.s5_width, p.hidden), rng)
+            model = S5Policy(memory.dim, size, p.s5_width, p.s5_layers, head(p.s5_width, p.hidden), rng)
         else:
-            model = DeepALFPolicy(spec.n_obs, N_ACTIONS, size, p.alf_delta, MLPHead(size, p.hidden), rng)
+            model = DeepALFPolicy(spec.n_obs, N_ACTIONS, size, p.alf_delta, head(size, p.hidden), rng)
     elif variant in FILTER_VARIANTS:
         memory = FilterFeatures(variant, spec, p.n_envs, p.alf_delta)
-        model = FeaturePolicy(memory.dim, p.hidden)
+        model = FeaturePolicy(head(memory.dim, p.hidden))
     else:
         raise ValueError(f"unknown RingWorld variant {variant!r}")
-    init_parameters(model, rng)
+    INITIALISERS[p.network](model, rng)
     return memory, model
 
 
@@ -261,7 +304,8 @@ def ppo_update(model, optimizer, batch, p, rng) -> None:
             entropy = -(logp_all.exp() * logp_all).sum(-1)
             loss = ppo_loss(logp.flatten(), batch["logp"][:, idx].flatten(), batch["adv"][:, idx].flatten(),
                             value.flatten(), batch["ret"][:, idx].flatten(), entropy.flatten(),
-                            p.clip, value_coef=p.value_coef, entropy_coef=p.entropy_coef)
+                            p.clip, value_coef=p.value_coef, entropy_coef=p.entropy_coef,
+                            old_values=batch["value"][:, idx].flatten() if p.clip_value_loss else None)
             optimizer.zero_grad()
             loss.backward()
             nn.utils.clip_grad_norm_(model.parameters(), 0.5)

@@ -14,6 +14,7 @@
 Both train a whole rollout segment at once through ``affine_scan`` (log-depth, so the
 paper's 1024-step segments stay cheap on a GPU); their ``step`` is the same recurrence one
 step at a time (collection). All parameters are drawn from the run's numpy generator.
+The S5 layers and the scan live in components/common/linear_recurrence.py.
 """
 from __future__ import annotations
 
@@ -23,100 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-DT_MIN, DT_MAX = 1e-3, 1e-1          # S5's range for the initial discretisation steps
-
-
-def affine_scan(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor, diagonal: bool = True) -> torch.Tensor:
-    """All states of h_t = a_t h_{t-1} + b_t (t = 0..T-1) from h_{-1} = h0, by doubling
-    (Hillis-Steele): log2(T) rounds, each composing every element with the one ``offset``
-    steps earlier. ``diagonal``: a_t multiplies elementwise (b_t's shape); otherwise a_t is a
-    matrix over b_t's last axis."""
-    apply = (lambda m, x: m * x) if diagonal else (lambda m, x: (m @ x.unsqueeze(-1)).squeeze(-1))
-    compose = (lambda m, n: m * n) if diagonal else (lambda m, n: m @ n)
-    b = torch.cat([(apply(a[0], h0) + b[0]).unsqueeze(0), b[1:]])
-    offset = 1
-    while offset < a.shape[0]:
-        b = torch.cat([b[:offset], apply(a[offset:], b[:-offset]) + b[offset:]])
-        a = torch.cat([a[:offset], compose(a[offset:], a[:-offset])])
-        offset *= 2
-    return b
-
-
-def hippo_diagonal(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Eigenvalues and eigenvectors of the normal part of HiPPO-LegS (size n): -1/2 plus a
-    skew-symmetric matrix, so every eigenvalue is -1/2 + i omega and V is unitary."""
-    q = np.sqrt(np.arange(n) + 0.5)
-    skew = np.tril(np.outer(q, q), -1)
-    skew = skew.T - skew                 # entry (i, j) = sign(j - i) q_i q_j
-    omega, V = np.linalg.eigh(-1j * skew)
-    return -0.5 + 1j * omega, V
-
-
-def _complex_param(values: np.ndarray) -> tuple[nn.Parameter, nn.Parameter]:
-    return (nn.Parameter(torch.tensor(values.real, dtype=torch.float32)),
-            nn.Parameter(torch.tensor(values.imag, dtype=torch.float32)))
-
-
-class S5SSM(nn.Module):
-    """One S5 state-space model over ``width`` channels with ``size`` real state dimensions."""
-
-    def __init__(self, width: int, size: int, rng: np.random.Generator):
-        super().__init__()
-        if size % 2:
-            raise ValueError(f"S5 state size must be even (conjugate pairs), got {size}")
-        eigs, V = hippo_diagonal(size)
-        half = size // 2
-        V = V[:, :half]                                       # one of each conjugate pair
-        self.lambda_re, self.lambda_im = _complex_param(eigs[:half])
-        B = rng.normal(0, 1 / math.sqrt(size), (size, width))            # lecun-normal scale
-        self.b_re, self.b_im = _complex_param(V.conj().T @ B)
-        C = rng.normal(0, 1 / math.sqrt(size * width), (width, size, 2))
-        self.c_re, self.c_im = _complex_param((C[..., 0] + 1j * C[..., 1]) @ V)
-        self.D = nn.Parameter(torch.tensor(rng.normal(0, 1, width), dtype=torch.float32))
-        self.log_step = nn.Parameter(torch.tensor(
-            rng.uniform(math.log(DT_MIN), math.log(DT_MAX), half), dtype=torch.float32))
-        self.half = half
-
-    def discretised(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Zero-order hold: lambda_bar = exp(lambda dt), B_bar = (lambda_bar - 1) / lambda B."""
-        lam = torch.complex(self.lambda_re, self.lambda_im)
-        lam_bar = torch.exp(lam * torch.exp(self.log_step))
-        B_bar = ((lam_bar - 1) / lam)[:, None] * torch.complex(self.b_re, self.b_im)
-        return lam_bar, B_bar
-
-    def output(self, states: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-        C = torch.complex(self.c_re, self.c_im)
-        return 2 * (states @ C.T).real + self.D * u
-
-    def step(self, h, u, keep):
-        lam_bar, B_bar = self.discretised()
-        h = lam_bar * h * keep[:, None] + u.to(B_bar.dtype) @ B_bar.T
-        return h, self.output(h, u)
-
-    def sequence(self, h0, us, keeps):
-        lam_bar, B_bar = self.discretised()
-        states = affine_scan(lam_bar * keeps[..., None].to(lam_bar.dtype), us.to(B_bar.dtype) @ B_bar.T, h0)
-        return self.output(states, us)
-
-
-class S5Block(nn.Module):
-    """SSM, GELU, full GLU, residual (Lu et al.'s PPO setting: no layer norm)."""
-
-    def __init__(self, width: int, size: int, rng: np.random.Generator):
-        super().__init__()
-        self.ssm = S5SSM(width, size, rng)
-        self.out, self.gate = nn.Linear(width, width), nn.Linear(width, width)
-
-    def glu(self, x, y):
-        y = nn.functional.gelu(y)
-        return x + self.out(y) * torch.sigmoid(self.gate(y))
-
-    def step(self, h, x, keep):
-        h, y = self.ssm.step(h, x, keep)
-        return h, self.glu(x, y)
-
-    def sequence(self, h0, xs, keeps):
-        return self.glu(xs, self.ssm.sequence(h0, xs, keeps))
+from components.common.linear_recurrence import S5Block, affine_scan
 
 
 class S5Policy(nn.Module):
@@ -126,6 +34,8 @@ class S5Policy(nn.Module):
                  rng: np.random.Generator):
         super().__init__()
         self.encoder = nn.Sequential(nn.Linear(in_dim, 128), nn.LeakyReLU(), nn.Linear(128, width), nn.LeakyReLU())
+        for layer in self.encoder[::2]:
+            layer.orthogonal_gain = math.sqrt(2)     # Lu et al.'s encoder init (network = popjaxrl)
         self.blocks = nn.ModuleList(S5Block(width, size, rng) for _ in range(layers))
         self.head, self.size = head, size
 
@@ -147,9 +57,13 @@ class S5Policy(nn.Module):
         return self.head(z)
 
 
-def random_orthogonal(n: int, rng: np.random.Generator) -> np.ndarray:
-    q, r = np.linalg.qr(rng.normal(size=(n, n)))
-    return q * np.sign(np.diag(r))
+def random_orthogonal(n: int, rng: np.random.Generator, cols: int | None = None) -> np.ndarray:
+    """A random (n, cols) matrix with orthonormal rows or columns (whichever are fewer), as
+    flax's ``orthogonal`` initialiser draws it; square when ``cols`` is not given."""
+    cols = n if cols is None else cols
+    q, r = np.linalg.qr(rng.normal(size=(max(n, cols), min(n, cols))))
+    q = q * np.sign(np.diag(r))
+    return q if n >= cols else q.T
 
 
 class DeepALFPolicy(nn.Module):

@@ -48,14 +48,29 @@ def test_paper_profile_is_the_papers_rl_study():
                                    "alf_direct", "alf_softmax"} and p.variants == PAPER_VARIANTS
     assert (p.total_steps, p.n_envs, p.rollout_len, p.ppo_epochs, p.minibatches) == (30_000_000, 64, 1024, 30, 8)
     assert (p.lr, p.gamma, p.gae_lambda, p.entropy_coef, p.adam_eps, p.device) == (5e-5, 0.99, 1.0, 0.0, 1e-5, "auto")
+    assert (p.clip_value_loss, p.network, p.value_coef) == (True, "popjaxrl", 0.5)
     stage = load_method("linrnn").stage("train_ringworld")
     assert stage.resources.gpus("paper") > 0 and stage.resources.gpus("small") == 0
+
+
+def test_paper_profile_plays_the_papers_ringworld():
+    """12 positions, goals 2 and 3, traps 6, 11 and 12 (the paper's 1-based numbering); the
+    premise values are exact (no sampling)."""
+    from components.linrnn.ringworld import RingSpec, premise_values
+
+    spec = RingSpec(LinrnnConfig.for_profile("paper").ringworld)
+    assert spec.n_pos == 12 and sorted(spec.goals + 1) == [2, 3] and sorted(spec.traps + 1) == [6, 11, 12]
+    assert spec.n_obs == 4 and spec.eps == 0.05 and list(spec.starts) == [0, 3, 4, 6, 7, 8, 9]
+    values = premise_values(spec)
+    assert values["memory_gap"] == pytest.approx(0.6548, abs=1e-4)      # P1 holds on the paper's game
+    assert values["min_start_moves"] == 1                               # P2 cannot: no start is 3 moves away
 
 
 @pytest.mark.parametrize("override, key", [
     ("ringworld.variants=[alf_direct,gru]", "ringworld.variants: unknown variant 'gru'"),
     ("ringworld.variants=[s5_h7]", "ringworld.variants: 's5_h7' needs an even state size"),
     ("ringworld.device=cuda:0", "ringworld.device: 'cuda:0' requested but no CUDA device"),
+    ("ringworld.network=gru", "ringworld.network: unknown network 'gru'"),
 ])
 def test_paper_preflight_fails_in_one_line_naming_the_key(override, key, monkeypatch):
     import torch

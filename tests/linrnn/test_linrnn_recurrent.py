@@ -7,7 +7,8 @@ import torch
 from components.linrnn.config import LinrnnConfig
 from components.linrnn.ppo import MLPHead, N_ACTIONS, InputFeatures, build, train_ppo
 from components.linrnn.config import parse_recurrent
-from components.linrnn.recurrent import DeepALFPolicy, S5Policy, affine_scan, hippo_diagonal
+from components.common.linear_recurrence import affine_scan, hippo_diagonal
+from components.linrnn.recurrent import DeepALFPolicy, S5Policy
 from components.linrnn.ringworld import MOVES, FilterFeatures, RingSpec
 
 
@@ -125,3 +126,55 @@ def test_the_paper_variants_train_a_few_updates_on_cpu():
         memory, model = build(variant, RingSpec(p), p, np.random.default_rng(0))
         assert sum(v.numel() for v in model.state_dict().values()) == \
             sum(v.numel() for v in result["model"].values())
+
+
+def test_truncated_normal_stays_within_two_deviations_and_keeps_the_scale():
+    from components.common.linear_recurrence import TRUNCATED_STD, truncated_normal
+
+    z = truncated_normal(np.random.default_rng(3), (200, 100), 0.5)
+    assert np.abs(z).max() <= 2 * 0.5 / TRUNCATED_STD
+    assert z.std() == pytest.approx(0.5, rel=0.02) and abs(z.mean()) < 0.01
+
+
+@pytest.mark.parametrize("shape", [(5, 5), (7, 3), (3, 7)])
+def test_random_orthogonal_has_orthonormal_rows_or_columns(shape):
+    from components.linrnn.recurrent import random_orthogonal
+
+    q = random_orthogonal(shape[0], np.random.default_rng(4), shape[1])
+    small = min(shape)
+    assert q.shape == shape
+    gram = q.T @ q if shape[0] >= shape[1] else q @ q.T
+    assert np.allclose(gram, np.eye(small), atol=1e-12)
+
+
+def test_popjaxrl_network_has_separate_bodies_with_lu_et_al_initialisation():
+    sets = {"ringworld": {"s5_width": 16, "s5_layers": 1}}
+    p = LinrnnConfig.for_profile("paper", sets).ringworld
+    _, model = build("s5_h12", RingSpec(p), p, np.random.default_rng(0))
+    head = model.head
+    assert isinstance(head.actor[1], torch.nn.LeakyReLU) and head.actor[0] is not head.critic[0]
+    for layer, gain in [(head.actor[0], 2.0), (head.critic[2], 2.0), (head.pi, 0.01), (head.v, 1.0),
+                        (model.encoder[0], np.sqrt(2))]:
+        w = layer.weight.detach().double().numpy()
+        gram = w.T @ w if w.shape[0] >= w.shape[1] else w @ w.T
+        assert np.allclose(gram, gain**2 * np.eye(min(w.shape)), atol=1e-5)
+        assert not layer.bias.detach().any()
+    glu = model.blocks[0].out.weight.detach().numpy()          # no gain named: lecun-normal
+    assert glu.std() == pytest.approx(1 / np.sqrt(16), rel=0.15) and not model.blocks[0].out.bias.detach().any()
+    small = LinrnnConfig().ringworld
+    _, feature_model = build("alf_direct", RingSpec(small), small, np.random.default_rng(0))
+    assert isinstance(feature_model.head, MLPHead)            # the small profile keeps its shared trunk
+
+
+@pytest.mark.parametrize("clip", [False, True])
+def test_clip_value_loss_passes_the_rollout_values_to_the_loss(clip, monkeypatch):
+    from components.linrnn import ppo
+
+    seen, real_loss = [], ppo.ppo_loss
+    monkeypatch.setattr(ppo, "ppo_loss", lambda *a, **k: seen.append(k["old_values"]) or real_loss(*a, **k))
+    sets = {"ringworld": {"total_steps": 64, "n_envs": 4, "rollout_len": 16, "ppo_epochs": 1,
+                          "minibatches": 2, "clip_value_loss": clip}}
+    train_ppo("alf_direct", 0, LinrnnConfig.for_profile("small", sets).ringworld)
+    assert len(seen) == 2 and all((v is not None) == clip for v in seen)
+    if clip:
+        assert seen[0].shape == (16 * 2,)

@@ -112,7 +112,7 @@ def test_training_is_deterministic_with_runs_in_parallel_threads():
 
 def test_lru_is_stable_and_resets_at_episode_start():
     rng = np.random.default_rng(0)
-    model = ppo.RecurrentPolicy(in_dim=8, size=12, hidden=16, rng=rng)
+    model = ppo.RecurrentPolicy(in_dim=8, size=12, head_class=ppo.MLPHead, hidden=16, rng=rng)
     ppo.init_parameters(model, rng)
     radius = torch.exp(-torch.exp(model.rnn.nu_log))
     assert bool((radius < 1).all())
