@@ -89,12 +89,9 @@ def _need_one_of(folder: Path, names: tuple[str, ...], what: str) -> None:
 
 
 def load_model(folder: str | Path, kind: str = "causal_lm", device: str = AUTO, dtype: str = AUTO,
-               trust_remote_code: bool = False, **kwargs: Any) -> torch.nn.Module:
+               **kwargs: Any) -> torch.nn.Module:
     """A model from a local folder on the policy's device and dtype (see ``devices``), in eval
-    mode. ``kind`` picks the transformers head; diffusers folders ignore it.
-    ``trust_remote_code`` (opt-in, transformers folders only) runs the modelling code the folder
-    ships (its config's ``auto_map``, e.g. MM-Embed); off, such a folder loads only if
-    transformers knows its ``model_type``, and never executes the folder's code."""
+    mode. ``kind`` picks the transformers head; diffusers folders ignore it."""
     folder = Path(folder).expanduser()
     library = check_checkpoint(folder)
     dev = resolve_device(device)
@@ -110,19 +107,17 @@ def load_model(folder: str | Path, kind: str = "causal_lm", device: str = AUTO, 
         if kind not in AUTO_CLASSES:
             raise ValueError(f"unknown model kind {kind!r}; choose one of {', '.join(AUTO_CLASSES)}")
         auto = getattr(transformers, AUTO_CLASSES[kind])
-        model = auto.from_pretrained(str(folder), dtype=torch_dtype, local_files_only=True,
-                                     trust_remote_code=trust_remote_code, **kwargs)
+        model = auto.from_pretrained(str(folder), dtype=torch_dtype, local_files_only=True, **kwargs)
     return model.to(dev).eval()
 
 
-def load_tokenizer(folder: str | Path, padding_side: str | None = None, trust_remote_code: bool = False):
-    """The tokenizer (or multimodal processor's tokenizer) saved beside a model
-    (``trust_remote_code`` as in ``load_model``)."""
+def load_tokenizer(folder: str | Path, padding_side: str | None = None):
+    """The tokenizer (or multimodal processor's tokenizer) saved beside a model."""
     from transformers import AutoTokenizer
 
     folder = Path(folder).expanduser()
     check_tokenizer(folder)
-    tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True, trust_remote_code=trust_remote_code)
+    tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     if padding_side:
         tok.padding_side = padding_side
     if tok.pad_token is None and tok.eos_token is not None:
