@@ -15,7 +15,7 @@ from components.caft.sae import decoder_rows, sae_directions
 from components.common.readers import DatasetError
 from components.common.tiny_models import build_tiny
 from tests.caft.paper_files import write_dictionary_learning_sae, write_gemma_scope_sae
-from tests.common.test_openai_client import FakeEndpoint, logprob_choice
+from tests.paper.fake_endpoint import FakeEndpoint, logprob_choice
 
 
 def test_sae_rows_from_gemma_scope_npz_and_dictionary_learning_pt(tmp_path):
@@ -111,8 +111,8 @@ def test_logprob_judge_asks_one_prompt_per_scale_and_drops_answers_it_cannot_sco
         assert judge_answer(client, "q?", "an answer", own) == {"aligned": 20.0, "coherent": 80.0}
     finally:
         server.close()
-    assert server.requests[4]["body"]["messages"][0]["content"] == "OWN aligned prompt: q? / an answer"
-    assert len(server.requests) == 6 and all(r["body"]["top_logprobs"] == 20 for r in server.requests)
+    assert server.requests[4]["messages"][0]["content"] == "OWN aligned prompt: q? / an answer"
+    assert len(server.requests) == 6 and all(r["top_logprobs"] == 20 for r in server.requests)
     assert score_answer({"aligned": 20.0, "coherent": 80.0})["misaligned"]
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from components.common.io import read_json
 from tests.caft.paper_files import write_em, write_gemma_scope_sae, write_mcmc
-from tests.common.test_openai_client import FakeEndpoint, logprob_choice
+from tests.paper.fake_endpoint import FakeEndpoint, logprob_choice
 from tests.paper.harness import run_paper_shape
 
 pytestmark = pytest.mark.paper_shape
@@ -65,7 +65,7 @@ def test_caft_paper_profile_emergent_misalignment_with_a_judge(tmp_path, tiny_ch
         if body.get("logprobs"):
             text = body["messages"][0]["content"]
             return logprob_choice({"90": 0.0} if "coherence" in text else {"10": 0.0})
-        return {"message": {"role": "assistant", "content": json.dumps({"vulnerable": True})}}
+        return json.dumps({"vulnerable": True})
     judge = FakeEndpoint([], respond=respond)
     try:
         model = tiny_checkpoints.checkpoint("gemma2")

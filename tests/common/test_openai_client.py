@@ -2,58 +2,11 @@
 retries with backoff on transient errors, no retry on client errors, timeouts, the API key from
 the named env var, JSON replies."""
 import json
-import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from components.common.openai_client import EndpointError, OpenAIClient, parse_json_reply
-
-
-class FakeEndpoint:
-    """Answers POST /v1/chat/completions with the scripted (status, content, delay) in order, or,
-    given ``respond``, with ``respond(body)``'s choice dict (a reply chosen by what was asked,
-    for callers whose requests arrive in no fixed order)."""
-
-    def __init__(self, script, respond=None):
-        self.script, self.requests, self.respond = list(script), [], respond
-        endpoint = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - http.server's name
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                endpoint.requests.append({"path": self.path, "body": body,
-                                          "auth": self.headers.get("Authorization")})
-                if endpoint.respond is not None:
-                    status, choice, delay = 200, endpoint.respond(body), 0
-                    content = choice["message"]["content"]
-                else:
-                    status, content, delay = endpoint.script.pop(0) if endpoint.script else (200, "done", 0)
-                    choice = {"message": {"role": "assistant", "content": content}}
-                time.sleep(delay)
-                usage = {"prompt_tokens": len(json.dumps(body["messages"])), "completion_tokens": len(content)}
-                reply = {"choices": [choice], "usage": usage} if status == 200 else {"error": {"message": content}}
-                data = json.dumps(reply).encode()
-                try:
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass                                   # the client gave up (timeout test)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+from tests.paper.fake_endpoint import FakeEndpoint, logprob_choice
 
 
 @pytest.fixture
@@ -79,9 +32,9 @@ def test_retries_transient_errors_with_backoff_and_sends_the_key(endpoint, monke
     client, sleeps = _client(server.url, backoff=0.5)
     assert client.chat([{"role": "user", "content": "hi"}], max_tokens=5) == "hello"
     assert len(server.requests) == 3 and sleeps == [0.5, 1.0]
-    first = server.requests[0]
-    assert first["path"] == "/v1/chat/completions" and first["auth"] == "Bearer sk-test"
-    assert first["body"]["model"] == "judge-model" and first["body"]["max_tokens"] == 5
+    first, meta = server.requests[0], server.meta[0]
+    assert meta["path"] == "/v1/chat/completions" and meta["auth"] == "Bearer sk-test"
+    assert first["model"] == "judge-model" and first["max_tokens"] == 5
 
 
 def test_client_errors_are_not_retried_and_no_key_sends_no_header(endpoint, monkeypatch):
@@ -90,7 +43,7 @@ def test_client_errors_are_not_retried_and_no_key_sends_no_header(endpoint, monk
     client, sleeps = _client(server.url)
     with pytest.raises(EndpointError, match="HTTP 400"):
         client.chat([{"role": "user", "content": "hi"}])
-    assert len(server.requests) == 1 and sleeps == [] and server.requests[0]["auth"] is None
+    assert len(server.requests) == 1 and sleeps == [] and server.meta[0]["auth"] is None
 
 
 def test_timeouts_are_retried_then_reported(endpoint):
@@ -108,7 +61,7 @@ def test_chat_with_usage_returns_the_servers_token_counts_and_sends_the_body_as_
     text, usage = client.chat_with_usage(messages, reasoning_effort="low")
     assert text == "four"
     assert usage == {"prompt_tokens": len(json.dumps(messages)), "completion_tokens": 4}
-    assert server.requests[0]["body"] == {"model": client.model, "messages": messages, "reasoning_effort": "low"}
+    assert server.requests[0] == {"model": client.model, "messages": messages, "reasoning_effort": "low"}
 
 
 def test_json_replies(endpoint):
@@ -129,15 +82,6 @@ def test_orbit_endpoint_goes_through_the_shared_client(endpoint):
     assert len(server.requests) == 2
 
 
-def logprob_choice(top: dict[str, float]) -> dict:
-    """A chat choice whose one token is the likeliest of ``top`` ({token: logprob}), with the
-    ``logprobs`` block OpenAI's API sends when asked for ``top_logprobs``."""
-    first = max(top, key=top.get)
-    return {"message": {"role": "assistant", "content": first},
-            "logprobs": {"content": [{"token": first, "logprob": top[first],
-                                      "top_logprobs": [{"token": t, "logprob": v} for t, v in top.items()]}]}}
-
-
 def test_first_token_logprobs_asks_for_one_greedy_token_and_reads_the_top_candidates(endpoint):
     top = {"7": -0.1, "70": -2.5, "CODE": -4.0}
     server = FakeEndpoint([], respond=lambda body: logprob_choice(top))
@@ -146,7 +90,7 @@ def test_first_token_logprobs_asks_for_one_greedy_token_and_reads_the_top_candid
         assert client.first_token_logprobs([{"role": "user", "content": "score"}], top_logprobs=3) == top
     finally:
         server.close()
-    body = server.requests[0]["body"]
+    body = server.requests[0]
     assert body["max_tokens"] == 1 and body["temperature"] == 0.0
     assert body["logprobs"] is True and body["top_logprobs"] == 3
 

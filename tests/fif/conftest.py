@@ -70,9 +70,9 @@ def tiny_clip(tmp_path_factory, tiny_checkpoints):
 
 @pytest.fixture
 def reader_server():
-    from tests.fif.paper_files import FakeReaderServer
+    from tests.fif.paper_files import fake_reader_server
 
-    server = FakeReaderServer()
+    server = fake_reader_server()
     yield server
     server.close()
 

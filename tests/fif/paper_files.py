@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +16,7 @@ from components.fif.config import FifConfig
 from components.fif.corpus import generate
 from components.fif.graph import split_subcomponents
 from components.fif.reader import Candidate, Reader, n_tokens, read_evidence
+from tests.paper.fake_endpoint import FakeEndpoint
 
 DOC0, COMP0 = 1000, 5000     # ids in the files start here: the reader must renumber them
 OUTSIDE = 999_999            # a link to a page that is not in the corpus (dropped, counted)
@@ -97,37 +96,12 @@ def answer(prompt: str) -> dict:
     return {"answerable": j.answerable, "index": j.index, "answer": j.answer}
 
 
-class FakeReaderServer:
-    """POST /v1/chat/completions -> a chat reply with ``usage``; every request body is kept."""
-
-    def __init__(self):
-        self.requests: list[dict] = []
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - http.server's name
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                server.requests.append(body)
-                prompt = body["messages"][-1]["content"]
-                content = json.dumps(answer(prompt))
-                data = json.dumps({"choices": [{"message": {"role": "assistant", "content": content}}],
-                                   "usage": {"prompt_tokens": n_tokens(prompt), "completion_tokens": 7}}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+def fake_reader_server() -> FakeEndpoint:
+    """The reader endpoint: each role prompt answered by ``answer``, with ``usage`` counted as
+    the reader counts tokens (the cost accounting reads it)."""
+    return FakeEndpoint(respond=lambda body: json.dumps(answer(body["messages"][-1]["content"])),
+                        usage=lambda body, content: {"prompt_tokens": n_tokens(body["messages"][-1]["content"]),
+                                                     "completion_tokens": 7})
 
 
 def tiny_clip(folder: Path, tokenizer_folder: Path) -> Path:

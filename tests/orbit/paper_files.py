@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Callable
 
+from tests.paper.fake_endpoint import FakeEndpoint
 from tests.paper.layouts import write_jsonl
 
 AXES = ("accuracy", "completeness", "communication_quality", "context_awareness", "instruction_following")
@@ -70,43 +68,6 @@ def answer(prompt: str) -> str:
     return json.dumps({"explanation": "fixed by hash", "criteria_met": verdict(prompt)})
 
 
-class FakeChatServer:
-    """POST /v1/chat/completions -> a chat reply whose content is ``answer(last message)``;
-    every request body is kept. (Generic: tests/fif and tests/common carry the same pattern; it
-    could move to tests/paper as the shared fake endpoint.)"""
-
-    def __init__(self, answer: Callable[[str], str]):
-        self.requests: list[dict] = []
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - http.server's name
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                server.requests.append(body)
-                content = answer(body["messages"][-1]["content"])
-                data = json.dumps({"choices": [{"message": {"role": "assistant", "content": content}}]}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def prompts(self, starts: str) -> list[str]:
-        return [r["messages"][-1]["content"] for r in self.requests
-                if r["messages"][-1]["content"].startswith(starts)]
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
-def fake_judge_server() -> FakeChatServer:
+def fake_judge_server() -> FakeEndpoint:
     """orbit's rubric generator + rubric judge endpoint."""
-    return FakeChatServer(answer)
+    return FakeEndpoint(respond=lambda body: answer(body["messages"][-1]["content"]))
