@@ -31,6 +31,8 @@ class Data(Section):
 
 
 class Model(Section):
+    family: str = "esm"                # esm: a small transformers EsmForMaskedLM (rotary, the
+                                       # paper's family); torch: TransformerEncoder (v1, v2)
     d_model: int = 48
     n_layers: int = 2
     n_heads: int = 4
