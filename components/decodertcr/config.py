@@ -22,8 +22,10 @@ class Data(Section):
     contacts: int = 10                 # non-zero entries of the hidden contact map (5 x 5)
     intra_pairs: int = 5               # non-zero CDR3-middle x CDR3-middle couplings (of 10)
     intra_scale: float = 1.0           # their size relative to the contacts
-    marginal_tilt: float = 2.0         # beta of the BLOSUM-compatibility tilt of marginal data
-    marginal_oversample: int = 3       # candidates drawn per kept marginal sequence
+    marginal_tilt: float = 4.0         # beta of the BLOSUM-compatibility tilt of marginal data
+    marginal_oversample: int = 10      # candidates drawn per kept marginal sequence
+    marginal_tcr_score: str = "dense"  # what tilts marginal CDR3s: dense (all middle pairs) |
+                                       # intra (the oracle's five CDR3-CDR3 terms, v2)
     cdr3_min_len: int = 10
     cdr3_max_len: int = 18
     noise_grid: list[float] = [0.0, 0.25, 0.5, 0.75, 1.0, 1.5]  # label noise sigma candidates
