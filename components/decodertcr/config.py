@@ -8,7 +8,7 @@ from components.common.config import MethodConfig, Section
 
 class Data(Section):
     """Marginal (unpaired) and paired synthetic corpora (planted specificity)."""
-    seed: int = 7                      # data seed, fixed across model seeds
+    seed: int = 11                     # data seed, fixed across model seeds (v2: 7; dev: 107)
     n_marginal_tcr: int = 20_000       # unpaired CDR3beta from OLGA's human TRB model
     n_marginal_pep: int = 5_000        # unpaired 9-mers from the anchor motif
     n_pool_tcr: int = 12_000           # OLGA TCRs from which paired positives are planted
@@ -93,7 +93,7 @@ class Paper(Section):
 
 
 class DecodertcrConfig(MethodConfig):
-    seeds: list[int] = [0, 1, 2]
+    seeds: list[int] = [3, 4, 5]       # v1/v2 ran 0-2; dev calibration used 0-2 on data seed 107
     data: Data = Data()
     model: Model = Model()
     train: Train = Train()
