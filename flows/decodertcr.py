@@ -2,7 +2,8 @@
 Interactions" (ICML 2026).
 
 Synthetic planted-specificity TCR-epitope data (OLGA CDR3beta, anchor-motif peptides, hidden
-and CDR3-CDR3 energy over standardised BLOSUM62); small masked-LM encoder; curriculum vs
+and CDR3-CDR3 energy over standardised BLOSUM62; marginal chains tilted by the same residue
+rule); a small ESM-2 masked LM trained from scratch; curriculum vs
 paired-only at matched paired and at equal total steps, swept over binders per epitope; IEGR vs
 one-shot vs left-to-right decoding. The paper profile runs the same stages on published tables
 (VDJdb pairs, AIRR repertoires, peptide ligands) with an ESM-2 checkpoint as the masked LM.

@@ -29,7 +29,19 @@ def score_stage(cfg, ctx) -> None:
     tokens = load_torch(ctx.inputs["tokenize"] / "tokens.pt")
     paired = read_table(ctx.inputs["build_paired"] / "paired.parquet").to_pandas()
     parts = []
-    for split in EVAL_SPLITS:
+    # the marginal-only model saw no pair, so the training pairs are fair premise data for it
+    splits = EVAL_SPLITS + (("train",) if variant == "marginal_only" else ())
+    oracle = load_oracle(ctx.inputs["build_paired"])
+    probe = {}
+    if variant == "marginal_only" and oracle is not None:
+        cdr3s = sorted(set(paired.loc[paired["split"].isin(["train", "val"]), "cdr3"]))
+        probe = {f"probe_{k}": v for k, v in
+                 compatibility_probe(model, cdr3s, oracle["matrix"], sequence_width(cfg)).items()}
+        seed_everything(seed)          # the same initial weights S1 started from
+        probe.update({f"probe_init_{k}": v for k, v in
+                      compatibility_probe(new_model(cfg).eval(), cdr3s, oracle["matrix"],
+                                          sequence_width(cfg)).items()})
+    for split in splits:
         rows = paired[paired["split"] == split].copy()  # same order as tokenize's split tensors
         if split not in tokens or rows.empty:
             continue
@@ -39,7 +51,48 @@ def score_stage(cfg, ctx) -> None:
 
     scores = pd.concat(parts, ignore_index=True)
     write_table(ctx.out_dir / "scores.parquet", scores)
-    ctx.write_metrics({f"mean_pll_{s}": float(g["pll"].mean()) for s, g in scores.groupby("split")})
+    write_json_atomic(ctx.out_dir / "probe.json", probe)
+    ctx.write_metrics({**{f"mean_pll_{s}": float(g["pll"].mean()) for s, g in scores.groupby("split")},
+                       **probe})
+
+
+PROBE_PEPTIDES = 400                   # fresh anchor-motif 9-mers for the peptide probe
+PROBE_SEED = 20_260_101                # their rng (fixed: the probe reads no data params)
+
+
+@torch.no_grad()
+def compatibility_probe(model, cdr3s: list[str], matrix: np.ndarray, width: int) -> dict[str, float]:
+    """Has a model learned the residue compatibility within a chain? For each single chain
+    (a CDR3 alone; an anchor-motif peptide alone) mask the centre of its contact region (CDR3
+    middle residue 3 of 5; peptide P6) and correlate the 20 predicted logits with
+    sum_k M[a, context_k] over the other four contact residues; mean over sequences."""
+    from components.decodertcr.corpus import (AA_INDEX, CDR3_MIDDLE, PEP_CONTACT,
+                                              sample_peptides)
+    from components.decodertcr.tokens import MASK, REGION_PEPTIDE, encode_many
+
+    peptides = sample_peptides(PROBE_PEPTIDES, np.random.default_rng(PROBE_SEED))
+    out = {}
+    for chain, seqs in (("tcr", cdr3s), ("pep", peptides)):
+        is_pep = chain == "pep"
+        tok, reg = encode_many(seqs if is_pep else [""] * len(seqs),
+                               [""] * len(seqs) if is_pep else seqs, width)
+        region = REGION_PEPTIDE if is_pep else REGION_CDR3
+        first = (reg == region).int().argmax(1)                 # first residue of the chain
+        start = [int(PEP_CONTACT[0]) if is_pep else (len(q) - CDR3_MIDDLE) // 2 for q in seqs]
+        centre = torch.tensor([f + st + 2 for f, st in zip(first.tolist(), start)])
+        x = tok.clone()
+        rows = torch.arange(len(seqs))
+        x[rows, centre] = MASK
+        logits = torch.cat([model(x[i:i + 512])[torch.arange(min(512, len(seqs) - i)),
+                                                centre[i:i + 512]] for i in range(0, len(seqs), 512)])
+        compat = np.stack([matrix[:, [AA_INDEX[q[st + k]] for k in (0, 1, 3, 4)]].sum(1)
+                           for q, st in zip(seqs, start)])                     # (N, 20)
+        a = logits.numpy() - logits.numpy().mean(1, keepdims=True)
+        b = compat - compat.mean(1, keepdims=True)
+        corr = (a * b).sum(1) / np.sqrt((a * a).sum(1) * (b * b).sum(1) + 1e-12)
+        out[f"corr_{chain}"] = float(corr.mean())
+    out["corr"] = (out["corr_tcr"] + out["corr_pep"]) / 2
+    return out
 
 
 def per_epitope_auroc(frame) -> dict[int, float]:
@@ -104,7 +157,34 @@ def evaluate_discrimination_stage(cfg, ctx) -> None:
     for split, g in table[table["variant"] == "marginal_only"].groupby("split"):
         # the S1 model never sees a binder, so its score does not depend on the cap
         metrics[f"{split}/marginal_only/macro_auroc"] = float(g["macro_auroc"].mean())
+    metrics.update(premise_metrics(ctx.inputs["score"]))
     ctx.write_metrics(metrics)
+
+
+def premise_metrics(score_dirs: dict) -> dict[str, float]:
+    """The marginal-only model per seed (one binder cap: S1 never sees a binder): zero-shot
+    macro AUROC on the train + validation pairs, and its compatibility probe beside the probe
+    of the same initial weights."""
+    import pandas as pd
+
+    first_cap = {}
+    for key in sorted(score_dirs):
+        variant, binders, seed = key.rsplit("-", 2)
+        if variant == "marginal_only":
+            first_cap.setdefault(int(seed), score_dirs[key])
+    if not first_cap:
+        return {}
+    aurocs, probes = [], []
+    for seed, path in sorted(first_cap.items()):
+        scores = read_table(path / "scores.parquet").to_pandas()
+        pooled = scores[scores["split"].isin(["train", "val"])].assign(split="train_val")
+        aurocs.append(discrimination_rows("marginal_only", 0, seed, pooled)[0]["macro_auroc"])
+        probe_file = path / "probe.json"
+        probes.append(read_json(probe_file) if probe_file.is_file() else {})
+    out = {"premise/marginal_only/train_val_macro_auroc": float(np.mean(aurocs))}
+    for k in probes[0]:
+        out[f"premise/marginal_only/{k}"] = float(pd.Series([p[k] for p in probes]).mean())
+    return out
 
 
 # ---------------------------------------------------------------- generation

@@ -68,12 +68,14 @@ class EsmMaskedLM(nn.Module):
     ESM-2 rescales embeddings by the observed mask ratio (token dropout); that is the model's
     own behaviour and is kept."""
 
-    def __init__(self, folder: str, device: str = "cpu"):
+    def __init__(self, folder: str | None = None, device: str = "cpu", esm: nn.Module | None = None):
         super().__init__()
-        from components.common.hf_models import load_model
+        if esm is None:
+            from components.common.hf_models import load_model
 
-        self.esm = load_model(folder, "masked_lm", device=device, dtype="float32")
-        to_esm, aa_ids = esm_id_map(esm_vocab(folder))
+            esm = load_model(folder, "masked_lm", device=device, dtype="float32")
+        self.esm = esm
+        to_esm, aa_ids = esm_id_map(esm_vocab(folder) if folder else list(ESM2_VOCAB))
         self.register_buffer("to_esm", to_esm, persistent=False)
         self.register_buffer("aa_ids", aa_ids, persistent=False)
         self.to(next(self.esm.parameters()).device)
@@ -84,6 +86,19 @@ class EsmMaskedLM(nn.Module):
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda"):
             logits = self.esm(input_ids=ids, attention_mask=(tokens != PAD).long().to(device)).logits
         return logits[..., self.aa_ids].float().to(tokens.device)
+
+
+def tiny_esm(d_model: int, n_layers: int, n_heads: int, dropout: float = 0.0) -> EsmMaskedLM:
+    """A freshly initialised small ESM-2 (transformers ``EsmConfig``: rotary positions, token
+    dropout, ESM-2's 33-token vocabulary) behind this module's interface: the paper's model
+    family at the small profile's size, trained from scratch here."""
+    from components.common.tiny_models import build_tiny
+
+    esm = build_tiny("esm", seed=int(torch.initial_seed()) % 2**31, hidden_size=d_model,
+                     num_hidden_layers=n_layers, num_attention_heads=n_heads,
+                     intermediate_size=4 * d_model, hidden_dropout_prob=dropout,
+                     attention_probs_dropout_prob=dropout, max_position_embeddings=64)
+    return EsmMaskedLM(esm=esm.train())
 
 
 def mlm_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:

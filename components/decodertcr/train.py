@@ -13,7 +13,7 @@ import torch
 from components.common.io import load_torch, read_table, save_torch
 from components.common.seeds import seed_everything
 from components.common.train import fit
-from components.decodertcr.model import EsmMaskedLM, MaskedLM, mlm_loss
+from components.decodertcr.model import EsmMaskedLM, MaskedLM, mlm_loss, tiny_esm
 from components.decodertcr.tokens import encode_many, mask_batch, sequence_width
 
 VARIANTS = ("curriculum", "paired_only", "paired_only_total", "mixed", "marginal_only",
@@ -69,6 +69,8 @@ def new_model(cfg) -> torch.nn.Module:
     if cfg.paper.source == "tables":
         return EsmMaskedLM(cfg.paper.backbone, cfg.paper.device)
     m = cfg.model
+    if m.family == "esm":
+        return tiny_esm(m.d_model, m.n_layers, m.n_heads, m.dropout)
     return MaskedLM(m.d_model, m.n_layers, m.n_heads, m.dropout)
 
 

@@ -200,3 +200,49 @@ def test_profiles_load_and_paper_preflight_names_the_missing_path():
     assert DecodertcrConfig.for_profile("smoke").train.marginal_steps < DecodertcrConfig().train.marginal_steps
     with pytest.raises(FileNotFoundError, match="paper.data_root"):
         DecodertcrConfig.for_profile("paper").preflight()
+
+
+def test_interface_compatibility_and_dense_tcr_score_match_explicit_sums():
+    from components.decodertcr.corpus import (cdr3_middle, interface_compatibility, tcr_score)
+
+    m = standardised_blosum62()
+    idx = {a: i for i, a in enumerate(AA)}
+    cdr3s, pep = ["CASSLAPGATNEKLFF", "CASSWQDRGYTF"], "GLCTLVAML"
+    got = interface_compatibility(cdr3s, pep, m)
+    oracle = make_oracle(0, 10, 5, 1.0)
+    dense = tcr_score(cdr3s, oracle, "dense")
+    for n, c in enumerate(cdr3s):
+        mid = cdr3_middle(c)
+        want = np.mean([m[idx[a], idx[b]] for a in mid for b in pep[3:8]])
+        assert got[n] == pytest.approx(want)
+        pairs = [m[idx[mid[i]], idx[mid[k]]] for i in range(5) for k in range(i + 1, 5)]
+        assert dense[n] == pytest.approx(np.mean(pairs))
+    with pytest.raises(ValueError, match="marginal_tcr_score"):
+        tcr_score(cdr3s, oracle, "other")
+
+
+class CompatibilityModel(torch.nn.Module):
+    """Logits of a masked residue = sum of M[a, b] over the two residues either side of it:
+    a model that has learned the within-chain rule exactly (probe correlation 1)."""
+
+    def __init__(self, matrix):
+        super().__init__()
+        self.m = torch.tensor(matrix, dtype=torch.float)
+
+    def forward(self, tokens):
+        out = torch.zeros(*tokens.shape, 20)
+        for r, c in (tokens == MASK).nonzero().tolist():
+            ctx = [int(tokens[r, c + d]) - N_SPECIAL for d in (-2, -1, 1, 2)]
+            out[r, c] = self.m[:, ctx].sum(1)
+        return out
+
+
+def test_compatibility_probe_is_one_for_the_rule_and_zero_without_context():
+    from components.decodertcr.evaluate import compatibility_probe
+
+    m = standardised_blosum62()
+    cdr3s = ["CASSLAPGATNEKLFF", "CASSWQDRGYTF", "CASRPGQGNYEQYF", "CSVEGTGELFF"]
+    exact = compatibility_probe(CompatibilityModel(m), cdr3s, m, MAX_LEN)
+    assert exact["corr_tcr"] == pytest.approx(1.0) and exact["corr_pep"] == pytest.approx(1.0)
+    blind = compatibility_probe(IndependentSites(torch.zeros(MAX_LEN, 20)), cdr3s, m, MAX_LEN)
+    assert blind["corr"] == pytest.approx(0.0, abs=1e-6)

@@ -26,4 +26,9 @@ def test_decodertcr_smoke_end_to_end(tmp_path):
     assert report["criteria_gated"] == 2
     assert 0.0 <= paired["oracle_greedy_suboptimal_fraction"] <= 1.0
     assert 0.0 <= disc["val/marginal_only/macro_auroc"] <= 1.0
+    # premises P1a / P1b and the reported zero-shot R0
+    assert 0.0 <= paired["premise_interface_compat_macro_auroc"] <= 1.0
+    assert 0.0 <= disc["premise/marginal_only/train_val_macro_auroc"] <= 1.0
+    for key in ("probe_corr", "probe_init_corr", "probe_corr_tcr", "probe_corr_pep"):
+        assert -1.0 <= disc[f"premise/marginal_only/{key}"] <= 1.0
     assert (result.out("decodertcr", "report") / "claims.json").is_file()
