@@ -51,17 +51,15 @@ def test_circumerge_smoke_end_to_end(tmp_path):
     assert 0 < timing["sketch_fraction"] <= 1
     assert "n_alpha_at_edge" in result.metrics("circumerge", "tune_alpha")
 
-    # run-to-run identity: the first run trained the three adapters side by side (v1's results
-    # moved between identical runs when fan-out items shared one process's RNG under threads);
-    # one of them re-run alone must come out bit for bit the same
-    from flows.runtime import runner
+    # run-to-run identity: the run trained the three adapters side by side, each in a worker
+    # (v1's results moved between identical runs when fan-out items shared one process's RNG under
+    # threads); one of them re-run alone, as `repro exec` runs it, must come out bit for bit the same
+    from flows.runtime.execute import run_stage
 
     task = "permuted"
     first = result.metrics("circumerge", "train_adapters", task)
     factors = load_torch(result.out("circumerge", "train_adapters", task) / "adapter.pt")["factors"]
-    only = frozenset({f"train_adapters@{task}"})
-    runner.run(["circumerge"], profile="smoke", selection=runner.Selection(only=only, force=only),
-               executor="threads", project=result.project)
+    run_stage(result.project, "circumerge", "train_adapters", task)
     assert result.metrics("circumerge", "train_adapters", task) == first
     again = load_torch(result.out("circumerge", "train_adapters", task) / "adapter.pt")["factors"]
     assert again.keys() == factors.keys()
