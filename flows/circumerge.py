@@ -11,7 +11,9 @@ M = "components.circumerge"
 # the CLIP encoder runs in these stages at paper scale (features, adapter training, merged-model
 # evaluation); none in smoke/small
 GPU = Resources(num_cpus=1, num_gpus={"paper": 1})
-# tune_alpha and evaluate each run alone in the DAG (only forward passes): both cores, not one
+# tune_alpha and evaluate each run alone in the DAG (only forward passes): both cores, not one;
+# in the small profile they spread their merges over one single-threaded process per core
+# (components/circumerge/evaluate.score_merges)
 GPU_2CPU = Resources(num_cpus=2, num_gpus={"paper": 1})
 
 METHOD = Method(

@@ -128,3 +128,26 @@ def test_task_arithmetic_is_reported_not_gated():
     assert metrics["pass_accuracy/ties"] is False and metrics["pass_fidelity/ties"] is True
     # merge time is gated for every rule, TA included (C3-TA-*)
     assert metrics["pass_timing/ta/t1"] is True and metrics["pass_timing/ties/t1"] is False
+
+
+def test_merges_scored_in_worker_processes_equal_the_serial_loop_bit_for_bit(tmp_path):
+    """tune_alpha and evaluate spread (merge, alpha, tasks) units over single-threaded worker
+    processes in the small profile; the accuracies must not depend on that."""
+    from components.circumerge.evaluate import score_merges
+    from components.circumerge.tasks import prepare_tasks_stage
+
+    cfg = CircumergeConfig.for_profile("smoke", {"model": {"digits_pretrain_steps": 20}})
+    tasks = list(cfg.data.tasks)
+    prep = LocalContext(tmp_path / "prepare_tasks")
+    prepare_tasks_stage(declared(cfg, "prepare_tasks"), prep)
+    gen = torch.Generator().manual_seed(0)
+    for key in ("a", "b"):
+        deltas = {"fc1": torch.randn(64, 64, generator=gen), "fc2": torch.randn(64, 64, generator=gen)}
+        save_torch(tmp_path / "merge" / "merged" / f"{key}.pt", {"deltas": deltas})
+    ctx = LocalContext(tmp_path / "out", inputs={"prepare_tasks": prep.out_dir, "merge": tmp_path / "merge"})
+    units = [(key, alpha, tuple(tasks)) for key in ("a", "b") for alpha in (0.05, 0.5)]
+    units += [("b", 0.1, (t,)) for t in tasks]
+    serial = list(score_merges(ctx, "digits", tasks, units, "val", processes=1))
+    pooled = list(score_merges(ctx, "digits", tasks, units, "val", processes=2))
+    assert pooled == serial
+    assert len({tuple(acc.values()) for acc in serial[:4]}) > 1   # the merges do differ
