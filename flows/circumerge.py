@@ -11,6 +11,10 @@ M = "components.circumerge"
 # the CLIP encoder runs in these stages at paper scale (features, adapter training, merged-model
 # evaluation); none in smoke/small
 GPU = Resources(num_cpus=1, num_gpus={"paper": 1})
+# tune_alpha and evaluate each run alone in the DAG (only forward passes): both cores, not one;
+# in the small profile they spread their merges over one single-threaded process per core
+# (components/circumerge/evaluate.score_merges)
+GPU_2CPU = Resources(num_cpus=2, num_gpus={"paper": 1})
 
 METHOD = Method(
     name="circumerge",
@@ -29,7 +33,7 @@ METHOD = Method(
               deps=("train_adapters",),
               description="{TA, TIES, TSV} x {full, Core Space, CircuMerge}; merge time, effective rank"),
         Stage("tune_alpha", f"{M}.evaluate:tune_alpha_stage", params=("data", "tune"),
-              deps=("prepare_tasks", "train_adapters", "merge"), resources=GPU,
+              deps=("prepare_tasks", "train_adapters", "merge"), resources=GPU_2CPU,
               description="Scaling coefficient on validation, same grid for every merge"),
         # placed after tune_alpha only so that no other stage of this run competes for the cores
         # while it is timed; it reads nothing from upstream
@@ -38,7 +42,7 @@ METHOD = Method(
               description="Core Space vs CircuMerge merge time at 4096-wide shapes (T=8, r=16)"),
         Stage("evaluate", f"{M}.evaluate:evaluate_stage", params=("data", "merge", "claims"),
               deps=("prepare_tasks", "train_adapters", "merge", "tune_alpha", "timing_benchmark"),
-              resources=GPU,
+              resources=GPU_2CPU,
               description="Test per-task and normalised accuracy; pass criteria of CLAIMS.md"),
     ),
 )

@@ -106,3 +106,48 @@ def test_profiles_validate_and_paper_preflight_names_the_missing_key():
         CircumergeConfig.for_profile(profile).preflight()
     with pytest.raises(FileNotFoundError, match="paper.vision_model"):
         CircumergeConfig.for_profile("paper").preflight()
+
+
+def test_task_arithmetic_is_reported_not_gated():
+    """Regression: ``claims.gated_rules`` was declared but unused, so TA (exact in any sketched
+    space, it cannot fail) still got accuracy and fidelity pass flags like TIES and TSV."""
+    from components.circumerge.evaluate import _summary_metrics, accuracy_verdicts, timing_verdicts
+
+    table = {"space": ["core", "circumerge", "core", "circumerge"], "rule": ["ta", "ta", "ties", "ties"],
+             "normalised_acc": [90.0, 90.0, 80.0, 78.5]}
+    timing = {"fidelity": {"ta": {"circumerge_vs_core": 1e-6}, "ties": {"circumerge_vs_core": 0.05}},
+              "threads": {"1": {"ta": {"ratio": 0.5}, "ties": {"ratio": 0.9}}}}
+    gated = CircumergeConfig.for_profile("small").claims.gated_rules
+    verdicts = {"accuracy": accuracy_verdicts(table, ["ta", "ties"], 1.0, gated),
+                "timing": timing_verdicts(timing, 0.7, 0.1, gated)}
+    assert verdicts["accuracy"]["ties"]["pass"] is False and verdicts["accuracy"]["ties"]["gated"]
+    assert "pass" not in verdicts["accuracy"]["ta"] and not verdicts["accuracy"]["ta"]["gated"]
+    metrics = _summary_metrics(table, verdicts)
+    assert metrics["acc_gap/ta"] == 0.0 and metrics["fidelity/ta"] == 1e-6   # still reported
+    assert "pass_accuracy/ta" not in metrics and "pass_fidelity/ta" not in metrics
+    assert metrics["pass_accuracy/ties"] is False and metrics["pass_fidelity/ties"] is True
+    # merge time is gated for every rule, TA included (C3-TA-*)
+    assert metrics["pass_timing/ta/t1"] is True and metrics["pass_timing/ties/t1"] is False
+
+
+def test_merges_scored_in_worker_processes_equal_the_serial_loop_bit_for_bit(tmp_path):
+    """tune_alpha and evaluate spread (merge, alpha, tasks) units over single-threaded worker
+    processes in the small profile; the accuracies must not depend on that."""
+    from components.circumerge.evaluate import score_merges
+    from components.circumerge.tasks import prepare_tasks_stage
+
+    cfg = CircumergeConfig.for_profile("smoke", {"model": {"digits_pretrain_steps": 20}})
+    tasks = list(cfg.data.tasks)
+    prep = LocalContext(tmp_path / "prepare_tasks")
+    prepare_tasks_stage(declared(cfg, "prepare_tasks"), prep)
+    gen = torch.Generator().manual_seed(0)
+    for key in ("a", "b"):
+        deltas = {"fc1": torch.randn(64, 64, generator=gen), "fc2": torch.randn(64, 64, generator=gen)}
+        save_torch(tmp_path / "merge" / "merged" / f"{key}.pt", {"deltas": deltas})
+    ctx = LocalContext(tmp_path / "out", inputs={"prepare_tasks": prep.out_dir, "merge": tmp_path / "merge"})
+    units = [(key, alpha, tuple(tasks)) for key in ("a", "b") for alpha in (0.05, 0.5)]
+    units += [("b", 0.1, (t,)) for t in tasks]
+    serial = list(score_merges(ctx, "digits", tasks, units, "val", processes=1))
+    pooled = list(score_merges(ctx, "digits", tasks, units, "val", processes=2))
+    assert pooled == serial
+    assert len({tuple(acc.values()) for acc in serial[:4]}) > 1   # the merges do differ
