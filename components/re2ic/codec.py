@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from components.common.devices import resolve_device
-from components.common.io import read_bytes, write_bytes_atomic, write_json_atomic
+from components.common.io import write_bytes_atomic, write_json_atomic
 from components.common.seeds import seed_everything
 from components.common.train import fit
 from components.re2ic import coder
@@ -50,25 +50,36 @@ class Re2ICCodec(nn.Module):
         return [self.synth_in.weight, self.synth_in.bias, self.region_film,
                 self.synth_out.weight, self.synth_out.bias, self.refine.weight, self.refine.bias]
 
+    def region_onehot(self, regions: torch.Tensor) -> torch.Tensor:
+        """(1, 1, H, W) integer region map -> (n_regions, H*W) one-hot rows (constant per image:
+        a fit computes it once)."""
+        return F.one_hot(regions.reshape(-1), self.region_film.shape[0]).t().to(self.region_film.dtype)
+
     def synthesize(self, latents, regions: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        """``regions``: the integer region map, or its ``region_onehot``. The 1x1 layers run as
+        matrix products on a (channels, pixels) view: the same maps as the convolutions they
+        hold the weights of, at a fraction of the CPU cost of a 1x1 convolution's backward."""
+        (h, w), hidden = self.size, self.synth_in.out_channels
+        onehot = self.region_onehot(regions) if not regions.is_floating_point() else regions
         ups = [y if y.shape[-2:] == self.size else
                F.interpolate(y, size=self.size, mode="bilinear", align_corners=False)
                for y in latents]
-        h = self.synth_in(torch.cat(ups + [noise], 1))
-        # per-region scale/shift as one-hot @ table: a matmul, far cheaper to differentiate
-        # than gathering a (H, W, 2, hidden) tensor
-        one_hot = F.one_hot(regions[0, 0], self.region_film.shape[0]).to(h.dtype)   # (H, W, R)
-        film = (one_hot @ self.region_film.flatten(1)).permute(2, 0, 1)            # (2*hidden, H, W)
-        gamma, beta = film[:h.shape[1]], film[h.shape[1]:]
-        h = F.relu(h * (1 + gamma) + beta)
-        out = self.synth_out(h)
+        x = torch.cat(ups + [noise], 1).reshape(-1, h * w)                          # (C_in, HW)
+        hid = torch.addmm(self.synth_in.bias[:, None], self.synth_in.weight.flatten(1), x)
+        # per-region scale/shift: (2*hidden, R) @ one-hot (R, HW)
+        film = self.region_film.flatten(1).t() @ onehot
+        hid = F.relu(hid * (1 + film[:hidden]) + film[hidden:])
+        out = torch.addmm(self.synth_out.bias[:, None], self.synth_out.weight.flatten(1), hid)
+        out = out.reshape(1, 3, h, w)
         return out + self.refine(out)
 
     def rate_bits(self, latents_hat) -> torch.Tensor:
-        bits = 0.0
-        for y, log_b in zip(latents_hat, self.log_scales):
-            bits = bits + laplace_bits(y, torch.exp(log_b).clamp(min=0.05)).sum()
-        return bits
+        """Bits of all latent levels under their Laplace scales, in one pass over the
+        concatenated levels (each level's scale repeated over its entries)."""
+        flat = torch.cat([y.reshape(-1) for y in latents_hat])
+        counts = torch.tensor([y.numel() for y in latents_hat], device=flat.device)
+        scales = torch.repeat_interleave(torch.exp(self.log_scales).clamp(min=0.05), counts)
+        return laplace_bits(flat, scales).sum()
 
 
 def laplace_bits(y: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -114,6 +125,8 @@ def train_codec(model: Re2ICCodec, distortion, regions, noise, lam: float, ccfg,
     pixels = model.size[0] * model.size[1]
     noise_steps = int(ccfg.noise_phase * ccfg.iterations)
 
+    regions = model.region_onehot(regions) if not regions.is_floating_point() else regions
+
     def loss_fn(m, step):
         if step < noise_steps:
             latents = [y + torch.rand_like(y) - 0.5 for y in m.latents]
@@ -122,7 +135,7 @@ def train_codec(model: Re2ICCodec, distortion, regions, noise, lam: float, ccfg,
         return m.rate_bits(latents) / pixels + lam * distortion(m.synthesize(latents, regions, noise))
 
     return fit(model, itertools.count(), loss_fn, steps=ccfg.iterations, lr=ccfg.lr,
-               optimizer=torch.optim.Adam(model.parameters(), lr=ccfg.lr), grad_clip=None,
+               optimizer=torch.optim.Adam(model.parameters(), lr=ccfg.lr, foreach=True), grad_clip=None,
                ctx=ctx, log_every=ccfg.log_every, prefix=prefix)
 
 
@@ -261,25 +274,3 @@ def _tail_change(curve: list[float]) -> float:
     check (small = the fit had flattened out)."""
     k = max(1, len(curve) // 5)
     return float(abs(curve[-1 - k] - curve[-1]) / max(abs(curve[-1]), 1e-12))
-
-
-def decode_stage(cfg, ctx) -> None:
-    """Decode every bitstream from its bytes alone; check it against the encoder's recon."""
-    torch.set_num_threads(1)
-    results, exact = {}, []
-    for key, folder in sorted(ctx.inputs["fit_codec"].items()):
-        for path in sorted(folder.glob("*.bin")):
-            name = path.stem
-            parsed = read_bitstream(read_bytes(path))
-            recon = reconstruct(parsed["model"], parsed["latents"], parsed["weights"],
-                                parsed["weight_step_log2"], parsed["blocks"], parsed["block"],
-                                parsed["noise_seed"])
-            same = bool(np.array_equal(recon, np.load(folder / f"{name}_encoder_recon.npy")))
-            exact.append(same)
-            np.save(ctx.out_dir / f"{key}__{name}.npy", recon)
-            h, w = recon.shape[:2]
-            results[f"{key}__{name}"] = {"bits": 8 * path.stat().st_size,
-                                         "bpp": 8 * path.stat().st_size / (h * w),
-                                         "bit_exact": same}
-    write_json_atomic(ctx.out_dir / "decoded.json", results)
-    ctx.write_metrics({"n_decoded": len(exact), "all_bit_exact": float(all(exact))})
