@@ -11,9 +11,10 @@ from flows.runtime.testing import run_in_temp_project
 @pytest.mark.smoke
 def test_re2ic_smoke_end_to_end(tmp_path):
     result = run_in_temp_project("re2ic", tmp_path / "proj", profile="smoke")
-    decode = result.metrics("re2ic", "decode")
-    # 2 losses x (1 test + 1 validation crop) x 1 lambda x 1 seed
-    assert decode["n_decoded"] == 4 and decode["all_bit_exact"] == 1.0
+    # decode fans out like fit_codec: per (loss, seed), (1 test + 1 validation crop) x 1 lambda
+    for item in ("mse-0", "wawd-0"):
+        decode = result.metrics("re2ic", "decode", item)
+        assert decode["n_decoded"] == 2 and decode["all_bit_exact"] == 1.0
     metrics = result.metrics("re2ic", "evaluate")
     assert metrics["all_bit_exact"] == 1.0
     assert 0.05 < metrics["mean_bpp"] < 24
