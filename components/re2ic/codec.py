@@ -97,6 +97,27 @@ def macs_per_pixel(levels: int, hidden: int, noise_channels: int) -> int:
     return 4 * (levels - 1) + (levels + noise_channels) * hidden + 2 * hidden + hidden * 3 + 81
 
 
+# HiFiC's decoder (Mentzer et al., NeurIPS 2020) as its official code builds it with the paper's
+# defaults (github.com/tensorflow/compression, models/hific/archs.py: Decoder(num_up=4,
+# num_filters_base=60, num_residual_blocks=9), latents of 220 channels at 1/16 resolution;
+# Hyperprior(num_filters=320) with two synthesis stacks, mean and scale, from 1/64 resolution).
+# (kind, kernel, in channels, out channels, log2 of the input's downsampling factor)
+_HIFIC_GENERATOR = (
+    [("conv", 3, 220, 960, 4)] + [("conv", 3, 960, 960, 4)] * 18 +       # head, 9 residual blocks
+    [("tconv", 3, 60 * 2 ** (s + 1), 60 * 2 ** s, s + 1) for s in reversed(range(4))] +
+    [("conv", 7, 60, 3, 0)])
+_HIFIC_HYPER_SYNTHESIS = [("tconv", 5, 320, 320, 6), ("tconv", 5, 320, 320, 5), ("conv", 3, 320, 220, 4)]
+
+
+def hific_decoder_macs_per_pixel(hyper: bool = True) -> float:
+    """Multiply-accumulates per decoded pixel of HiFiC's convolutions (norms, activations and
+    biases not counted, as in ``macs_per_pixel``): a stride-1 convolution costs k^2 C_in C_out
+    per output position, a stride-2 transposed one k^2 C_in C_out per input position; either
+    way per position of its input grid, which has 4^-down positions per pixel."""
+    layers = _HIFIC_GENERATOR + (2 * _HIFIC_HYPER_SYNTHESIS if hyper else [])
+    return float(sum(k * k * c_in * c_out / 4 ** down for _kind, k, c_in, c_out, down in layers))
+
+
 def make_distortion(loss: str, target: torch.Tensor, log2_sigma: torch.Tensor,
                     log2_sigma_uniform: torch.Tensor, dcfg):
     if loss == "mse":

@@ -9,7 +9,7 @@ from PIL import Image
 from scipy import ndimage, stats
 
 from components.common.io import read_bytes, read_json, write_json_atomic, write_table
-from components.re2ic.codec import macs_per_pixel, read_bitstream, reconstruct
+from components.re2ic.codec import hific_decoder_macs_per_pixel, macs_per_pixel, read_bitstream, reconstruct
 from components.re2ic.images import blocks_to_pixels
 from components.re2ic.features import make_features
 from components.re2ic.wd import haar_dwt, multi_wd, wavelet_wd
@@ -322,7 +322,9 @@ def evaluate_stage(cfg, ctx) -> None:
     premise = premise_checks(by_curve, val_pairs, losses) if val_pairs else {}
     claims = {"a": claim_a(by_curve, test_pairs, losses), "b": claim_b(by_curve, test_pairs, losses),
               "c": claim_c(read_json(ctx.inputs["metric_eval"] / "metric_eval.json")),
-              "d": {"macs_per_pixel": macs, "pass": macs <= 3000}}
+              "d": {"macs_per_pixel": macs, "pass": macs <= 3000,
+                    "hific_macs_per_pixel": hific_decoder_macs_per_pixel(),
+                    "fraction_of_hific": macs / hific_decoder_macs_per_pixel()}}
     qualities = [("psnr", True), ("wd", False), ("wawd", False), ("texture_dist", False)] + \
         [(name, False) for name in quality]
     bd = {f"{l}_vs_mse_{q}": float(np.nanmedian([bd_rate(by_curve[(n, s, "mse")], by_curve[(n, s, l)], q, hb)
@@ -350,6 +352,8 @@ def evaluate_stage(cfg, ctx) -> None:
                "min_bpp": float(min(r["bpp"] for r in test_rows)),
                "max_bpp": float(max(r["bpp"] for r in test_rows)),
                "macs_per_pixel": macs,
+               "hific_macs_per_pixel": claims["d"]["hific_macs_per_pixel"],
+               "macs_fraction_of_hific": claims["d"]["fraction_of_hific"],
                "max_fit_tail_change": conv["max_tail_change"],
                "median_fit_tail_change": conv["median_tail_change"],
                **premise,

@@ -19,6 +19,7 @@ def test_re2ic_smoke_end_to_end(tmp_path):
     assert metrics["all_bit_exact"] == 1.0
     assert 0.05 < metrics["mean_bpp"] < 24
     assert 0 < metrics["macs_per_pixel"] < 3000
+    assert metrics["hific_macs_per_pixel"] == 675445 and 0 < metrics["macs_fraction_of_hific"] < 0.01
     for loss in ("mse", "wawd"):
         assert 5 < metrics[f"mean_psnr_{loss}"] < 60
         assert math.isfinite(metrics[f"mean_wd_{loss}"]) and metrics[f"mean_wd_{loss}"] >= 0
