@@ -5,10 +5,14 @@ from pathlib import Path
 from typing import ClassVar
 
 from components.common.config import MethodConfig, Section
-from components.common.preflight import require_dir, require_file
+from components.common.preflight import PreflightError, require_dir, require_file
 
 IMAGE_FOLDER_LAYOUT = ("a folder of images, e.g. Kodak's kodim01.png ... kodim24.png or CLIC2020 "
                        "professional valid/*.png")
+# what the quality metrics' weight files hold (the layouts are stated in perceptual.py)
+LPIPS_LAYOUT = ("the lpips package's weights/v0.1/vgg.pth (a state dict with lin0.model.1.weight ... "
+                "lin4.model.1.weight, shapes (1, C, 1, 1), C = 64, 128, 256, 512, 512)")
+DISTS_LAYOUT = "the DISTS_pytorch package's weights.pt (a dict with alpha and beta, shape (1, 1475, 1, 1))"
 VGG_LAYOUT = ("torchvision's vgg16 ImageNet state dict saved with torch.save (keys "
               "features.<i>.weight / .bias)")
 
@@ -74,6 +78,16 @@ class MetricEval(Section):
     log2_sigma: float = 2.5
 
 
+class Quality(Section):
+    """Learned full-reference quality metrics of the decoded images (paper profile): LPIPS-VGG
+    and DISTS on the VGG-16 of ``distortion.vgg_weights``, calibration weights from the files
+    below (formats and key maps in ``perceptual.py``). Empty in the embedded profiles: with a
+    random or absent VGG these metrics would mean nothing."""
+    metrics: list[str] = []         # any of: lpips, dists
+    lpips_weights: str = ""         # the lpips package's weights/v0.1/vgg.pth
+    dists_weights: str = ""         # the DISTS_pytorch package's weights.pt
+
+
 class Re2icConfig(MethodConfig):
     seeds: list[int] = [0, 1, 2]
     images: Images = Images()
@@ -81,6 +95,7 @@ class Re2icConfig(MethodConfig):
     distortion: Distortion = Distortion()
     codec: Codec = Codec()
     metric_eval: MetricEval = MetricEval()
+    quality: Quality = Quality()
 
     SMOKE: ClassVar[dict] = {
         "seeds": [0],
@@ -96,6 +111,7 @@ class Re2icConfig(MethodConfig):
         "seeds": [0],
         "images": {"source": "folder", "size": 0},
         "distortion": {"features": "vgg16", "num_levels": 5},
+        "quality": {"metrics": ["lpips", "dists"]},
         "codec": {"losses": ["wawd", "wd", "mse", "wd_uniform"],
                   "lambdas": {"mse": [10, 40, 160, 640], "wd": [3, 10, 30, 100],
                               "wawd": [3, 10, 30, 100], "wd_uniform": [3, 10, 30, 100]},
@@ -112,5 +128,35 @@ class Re2icConfig(MethodConfig):
             for name in im.validation_files:
                 require_file("images.validation_files", str(Path(im.root) / name),
                              "names of files inside images.root (kept for validation)")
-        if d.features == "vgg16":
+        unknown = set(self.quality.metrics) - {"lpips", "dists"}
+        if unknown:
+            raise ValueError(f"quality.metrics: unknown {sorted(unknown)} (lpips, dists)")
+        if d.features == "vgg16" or self.quality.metrics:
             require_file("distortion.vgg_weights", d.vgg_weights, VGG_LAYOUT)
+        for name in self.quality.metrics:
+            key, value = f"quality.{name}_weights", getattr(self.quality, f"{name}_weights")
+            layout = LPIPS_LAYOUT if name == "lpips" else DISTS_LAYOUT
+            _require_state_keys(key, value, layout, _QUALITY_KEYS[name])
+
+
+# tensor names and shapes each quality-metric weight file must hold (small files: read in preflight)
+_QUALITY_KEYS = {
+    "lpips": {f"lin{k}.model.1.weight": (1, c, 1, 1) for k, c in enumerate((64, 128, 256, 512, 512))},
+    "dists": {"alpha": (1, 1475, 1, 1), "beta": (1, 1475, 1, 1)},
+}
+
+
+def _require_state_keys(key: str, value: str, layout: str, expected: dict[str, tuple]) -> None:
+    """A file that torch.load reads (weights only) into a dict holding ``expected`` tensors;
+    LPIPS files saved without dropout (``model.0``) count as ``model.1``."""
+    import torch
+
+    path = require_file(key, value, layout)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - any unreadable file is the same user error
+        raise PreflightError(key, value, layout, f"cannot be read ({type(err).__name__})") from None
+    state = {k.replace(".model.0.", ".model.1."): v for k, v in state.items()} if isinstance(state, dict) else {}
+    for name, shape in expected.items():
+        if name not in state or tuple(state[name].shape) != shape:
+            raise PreflightError(key, value, layout, f"has no tensor {name} of shape {shape}")

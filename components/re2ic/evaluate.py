@@ -8,8 +8,8 @@ import torch
 from PIL import Image
 from scipy import ndimage, stats
 
-from components.common.io import read_json, write_json_atomic, write_table
-from components.re2ic.codec import macs_per_pixel
+from components.common.io import read_bytes, read_json, write_json_atomic, write_table
+from components.re2ic.codec import hific_decoder_macs_per_pixel, macs_per_pixel, read_bitstream, reconstruct
 from components.re2ic.images import blocks_to_pixels
 from components.re2ic.features import make_features
 from components.re2ic.wd import haar_dwt, multi_wd, wavelet_wd
@@ -137,28 +137,58 @@ def texture_resampling(size: int, dcfg) -> dict[str, float]:
 
 # ---- codec evaluation and claims ---------------------------------------------------
 
-def parse_decoded_key(key: str) -> dict:
-    """"wd_uniform-2__china_200_300__lam30" -> loss, seed, image, lam."""
-    item, image, lam_tag = key.split("__")
-    loss, seed = item.rsplit("-", 1)
-    return {"loss": loss, "seed": int(seed), "image": image, "lam": float(lam_tag[3:])}
+def quality_metrics(qcfg, dcfg) -> dict[str, torch.nn.Module]:
+    """LPIPS / DISTS modules named in ``quality.metrics`` (paper profile; none in small)."""
+    if not qcfg.metrics:
+        return {}
+    from components.re2ic.perceptual import load_metric
+    return {name: load_metric(name, dcfg.vgg_weights, getattr(qcfg, f"{name}_weights"))
+            for name in qcfg.metrics}
 
 
-def codec_metrics_table(crops, regions, decoded, decoded_dir, block, dcfg, split_of) -> list[dict]:
+def decoded_quality(rgb, recon, regions, name, block, dcfg, quality: dict | None = None) -> dict:
+    """Everything measured on one decoded image: fidelity (PSNR, salient-region PSNR, SSIM),
+    the training objectives (WD, WA-WD with the image's sigma map), the held-out realism
+    statistics, and LPIPS / DISTS when configured."""
+    salient = blocks_to_pixels(regions[f"{name}/blocks"], block)[..., None].repeat(3, -1)
+    row = {"psnr": psnr(recon, rgb), "psnr_salient": psnr(recon, rgb, salient), "ssim": ssim(recon, rgb),
+           **perceptual_distances(rgb, recon, regions[f"{name}/log2_sigma"], dcfg),
+           "hf_ratio": hf_energy_ratio(recon, rgb), "texture_dist": texture_distance(recon, rgb)}
+    with torch.no_grad():
+        for metric_name, metric in (quality or {}).items():
+            row[metric_name] = float(metric(_t(recon), _t(rgb))[0])
+    return row
+
+
+def decode_stage(cfg, ctx) -> None:
+    """One item per fit item (loss, seed): decode each of its bitstreams from the bytes alone,
+    check the reconstruction is bit-identical to the encoder's, and measure it. Running per
+    item, decoding and measuring overlap with the fits still running on the other core."""
+    torch.set_num_threads(1)
+    folder = ctx.inputs["fit_codec"]
+    crops = dict(np.load(ctx.inputs["load_images"] / "images.npz"))
+    regions = dict(np.load(ctx.inputs["saliency"] / "regions.npz"))
+    fit_log = read_json(folder / "fit_log.json")
+    quality = quality_metrics(cfg.quality, cfg.distortion)
+    loss, seed = ctx.item["loss"], int(ctx.item["seed"])
     rows = []
-    for key, info in decoded.items():
-        fit = parse_decoded_key(key)
-        name = fit["image"]
-        rgb, recon = crops[name], np.load(decoded_dir / f"{key}.npy")
-        salient = blocks_to_pixels(regions[f"{name}/blocks"], block)[..., None].repeat(3, -1)
-        rows.append({**fit, "split": split_of[name],
-                     "bpp": info["bpp"], "bit_exact": info["bit_exact"],
-                     "psnr": psnr(recon, rgb), "psnr_salient": psnr(recon, rgb, salient),
-                     "ssim": ssim(recon, rgb),
-                     **perceptual_distances(rgb, recon, regions[f"{name}/log2_sigma"], dcfg),
-                     "hf_ratio": hf_energy_ratio(recon, rgb),
-                     "texture_dist": texture_distance(recon, rgb)})
-    return rows
+    for stem, fit in sorted(fit_log.items()):
+        path = folder / f"{stem}.bin"
+        parsed = read_bitstream(read_bytes(path))
+        recon = reconstruct(parsed["model"], parsed["latents"], parsed["weights"],
+                            parsed["weight_step_log2"], parsed["blocks"], parsed["block"],
+                            parsed["noise_seed"])
+        same = bool(np.array_equal(recon, np.load(folder / f"{stem}_encoder_recon.npy")))
+        np.save(ctx.out_dir / f"{stem}.npy", recon)
+        h, w = recon.shape[:2]
+        rows.append({"loss": loss, "seed": seed, "image": fit["image"], "lam": float(fit["lam"]),
+                     "bits": 8 * path.stat().st_size, "bpp": 8 * path.stat().st_size / (h * w),
+                     "bit_exact": same,
+                     **decoded_quality(crops[fit["image"]], recon, regions, fit["image"],
+                                       cfg.regions.block, cfg.distortion, quality)})
+        ctx.progress(len(rows), len(fit_log), stem)
+    write_json_atomic(ctx.out_dir / "decoded.json", rows)
+    ctx.write_metrics({"n_decoded": len(rows), "all_bit_exact": float(all(r["bit_exact"] for r in rows))})
 
 
 def at_bpp(rows: list[dict], metric: str, bpp: float) -> float:
@@ -272,15 +302,14 @@ def convergence(fit_logs: dict) -> dict:
 
 def evaluate_stage(cfg, ctx) -> None:
     torch.set_num_threads(1)
-    crops = dict(np.load(ctx.inputs["load_images"] / "images.npz"))
     splits = read_json(ctx.inputs["load_images"] / "images.json")
     split_of = {n: k for k in ("test", "validation") for n in splits[k]}
-    regions = dict(np.load(ctx.inputs["saliency"] / "regions.npz"))
-    decoded = read_json(ctx.inputs["decode"] / "decoded.json")
     fit_logs = {item: read_json(folder / "fit_log.json")
                 for item, folder in sorted(ctx.inputs["fit_codec"].items())}
-    rows = codec_metrics_table(crops, regions, decoded, ctx.inputs["decode"], cfg.regions.block,
-                               cfg.distortion, split_of)
+    quality = list(cfg.quality.metrics)
+    rows = [{**row, "split": split_of[row["image"]]}
+            for item, folder in sorted(ctx.inputs["decode"].items())
+            for row in read_json(folder / "decoded.json")]
     write_table(ctx.out_dir / "metrics.parquet", {k: [r[k] for r in rows] for k in rows[0]})
     losses, seeds = sorted({r["loss"] for r in rows}), sorted({r["seed"] for r in rows})
     by_curve = {}
@@ -293,25 +322,38 @@ def evaluate_stage(cfg, ctx) -> None:
     premise = premise_checks(by_curve, val_pairs, losses) if val_pairs else {}
     claims = {"a": claim_a(by_curve, test_pairs, losses), "b": claim_b(by_curve, test_pairs, losses),
               "c": claim_c(read_json(ctx.inputs["metric_eval"] / "metric_eval.json")),
-              "d": {"macs_per_pixel": macs, "pass": macs <= 3000}}
+              "d": {"macs_per_pixel": macs, "pass": macs <= 3000,
+                    "hific_macs_per_pixel": hific_decoder_macs_per_pixel(),
+                    "fraction_of_hific": macs / hific_decoder_macs_per_pixel()}}
+    qualities = [("psnr", True), ("wd", False), ("wawd", False), ("texture_dist", False)] + \
+        [(name, False) for name in quality]
     bd = {f"{l}_vs_mse_{q}": float(np.nanmedian([bd_rate(by_curve[(n, s, "mse")], by_curve[(n, s, l)], q, hb)
                                                  for n, s in test_pairs]))
-          for l in losses if l != "mse" and "mse" in losses
-          for q, hb in (("psnr", True), ("wd", False), ("texture_dist", False))}
+          for l in losses if l != "mse" and "mse" in losses for q, hb in qualities}
+    test_rows = [r for r in rows if r["split"] == "test"]
+    mean_curves = mean_rd_curves(test_rows, [q for q, _ in qualities] + ["hf_ratio"])
+    bd_mean = {f"{l}_vs_mse_{q}": bd_rate(mean_curves["mse"], mean_curves[l], q, hb)
+               for l in losses if l != "mse" and "mse" in losses for q, hb in qualities}
     conv = convergence(fit_logs)
     write_json_atomic(ctx.out_dir / "claims.json", {"premise": premise, "claims": claims,
-                                                    "bd_rate_percent": bd, "convergence": conv})
-    _plot_curves([r for r in rows if r["split"] == "test"], splits["test"], losses,
+                                                    "bd_rate_percent": bd, "convergence": conv,
+                                                    "mean_rd_curves": mean_curves,
+                                                    "bd_rate_mean_curves_percent": bd_mean})
+    panels = ("psnr", "wd", "hf_ratio", "texture_dist", *quality)
+    _plot_curves(test_rows, splits["test"][:_MAX_IMAGE_PANELS], losses, panels,
                  ctx.out_dir / "rate_distortion.png")
+    _plot_mean_curves(mean_curves, ("psnr", "wd", "wawd", "texture_dist", *quality),
+                      ctx.out_dir / "rd_mean_curves.png")
     _plot_fit_curves(fit_logs, ctx.out_dir / "fit_curves.png")
-    for name in ("rate_distortion.png", "fit_curves.png"):
+    for name in ("rate_distortion.png", "rd_mean_curves.png", "fit_curves.png"):
         ctx.log_artifact(ctx.out_dir / name)
-    test_rows = [r for r in rows if r["split"] == "test"]
     summary = {"all_bit_exact": float(all(r["bit_exact"] for r in rows)),
                "mean_bpp": float(np.mean([r["bpp"] for r in test_rows])),
                "min_bpp": float(min(r["bpp"] for r in test_rows)),
                "max_bpp": float(max(r["bpp"] for r in test_rows)),
                "macs_per_pixel": macs,
+               "hific_macs_per_pixel": claims["d"]["hific_macs_per_pixel"],
+               "macs_fraction_of_hific": claims["d"]["fraction_of_hific"],
                "max_fit_tail_change": conv["max_tail_change"],
                "median_fit_tail_change": conv["median_tail_change"],
                **premise,
@@ -325,8 +367,9 @@ def evaluate_stage(cfg, ctx) -> None:
                **{f"c_{k}": float(claims["c"][k]) for k in
                   ("min_spearman_wd", "min_spearman_wawd", "texture_wd_ratio", "texture_wawd_ratio")},
                **{f"mean_{k}_{l}": float(np.mean([r[k] for r in test_rows if r["loss"] == l]))
-                  for l in losses for k in ("bpp", "psnr", "hf_ratio", "texture_dist", "wd", "wawd")},
-               **{f"bd_rate_{k}": v for k, v in bd.items()}}
+                  for l in losses for k in ("bpp", "psnr", "hf_ratio", "texture_dist", "wd", "wawd", *quality)},
+               **{f"bd_rate_{k}": v for k, v in bd.items()},
+               **{f"bd_rate_mean_{k}": v for k, v in bd_mean.items()}}
     ctx.write_metrics(summary)
 
 
@@ -348,11 +391,42 @@ def _plot_fit_curves(fit_logs: dict, path) -> None:
     plt.close(fig)
 
 
-def _plot_curves(rows, images, losses, path) -> None:
+_MAX_IMAGE_PANELS = 6      # per-image RD panels drawn (Kodak has 23 test images: see the mean curves)
+
+
+def mean_rd_curves(rows: list[dict], metrics) -> dict[str, list[dict]]:
+    """The usual dataset RD curve: per loss and lambda, bpp and each metric averaged over the
+    test images and seeds (one point per lambda), sorted by rate."""
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["loss"], r["lam"]), []).append(r)
+    curves = {}
+    for (loss, lam), group in sorted(groups.items()):
+        curves.setdefault(loss, []).append(
+            {"lam": lam, "n": len(group), "bpp": float(np.mean([r["bpp"] for r in group])),
+             **{m: float(np.mean([r[m] for r in group])) for m in metrics}})
+    return {loss: sorted(points, key=lambda p: p["bpp"]) for loss, points in curves.items()}
+
+
+def _plot_mean_curves(curves: dict, panels, path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    panels = ("psnr", "wd", "hf_ratio", "texture_dist")
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3), squeeze=False)
+    for ax, metric in zip(axes[0], panels):
+        for loss, points in sorted(curves.items()):
+            ax.plot([p["bpp"] for p in points], [p[metric] for p in points], "o-", label=loss)
+        ax.set(title=f"mean over test images: {metric}", xlabel="bpp (actual bitstream)")
+    axes[0, 0].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def _plot_curves(rows, images, losses, panels, path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
     fig, axes = plt.subplots(len(images), len(panels), figsize=(4 * len(panels), 3 * len(images)),
                              squeeze=False)
     for i, name in enumerate(images):

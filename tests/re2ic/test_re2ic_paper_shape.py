@@ -11,23 +11,27 @@ from PIL import Image
 
 from components.common.preflight import PreflightError
 from components.re2ic.config import Re2icConfig
-from components.re2ic.features import VGG_CONV_INDICES, VGG16Features
+from components.re2ic.features import VGG16Features
+from tests.re2ic.test_re2ic_perceptual import random_dists_state, random_lpips_state, random_vgg16_state
 from tests.paper.harness import run_paper_shape
-
-CHANNELS = (64, 64, 128, 128, 256, 256, 256)
 
 
 def write_random_vgg16(path, seed: int = 0):
-    """A state dict with torchvision's vgg16 key names (features.<i>.weight / .bias)."""
-    gen = torch.Generator().manual_seed(seed)
-    state, in_ch = {}, 3
-    for index, out_ch in zip(VGG_CONV_INDICES, CHANNELS):
-        state[f"features.{index}.weight"] = torch.randn(out_ch, in_ch, 3, 3, generator=gen) * (2 / (9 * in_ch)) ** 0.5
-        state[f"features.{index}.bias"] = torch.zeros(out_ch)
-        in_ch = out_ch
+    """A state dict with torchvision's vgg16 key names (features.<i>.weight / .bias, all 13
+    convolutions: LPIPS and DISTS read up to relu5_3)."""
+    state = random_vgg16_state(seed)
     state["classifier.0.weight"] = torch.zeros(4, 4)       # ignored, as in the real file
     torch.save(state, path)
     return path
+
+
+def write_quality_weights(folder):
+    """Random calibration weights in the lpips (weights/v0.1/vgg.pth) and DISTS_pytorch
+    (weights.pt) file formats."""
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save(random_lpips_state(), folder / "vgg.pth")
+    torch.save(random_dists_state(), folder / "weights.pt")
+    return folder / "vgg.pth", folder / "weights.pt"
 
 
 def write_kodak_like(root, n: int = 3, shape=(48, 64), seed: int = 0):
@@ -55,9 +59,28 @@ def test_vgg16_key_map_taps_and_bad_file(tmp_path):
         VGG16Features(state)
 
 
-def test_paper_preflight_names_the_missing_key():
+def test_paper_preflight_names_the_missing_key(tmp_path):
     with pytest.raises(PreflightError, match="images.root"):
         Re2icConfig.for_profile("paper").preflight()
+    root = write_kodak_like(tmp_path / "kodak")
+    vgg = tmp_path / "vgg16.pth"
+    torch.save({}, vgg)                                   # preflight only checks it is a file
+    lpips, dists = write_quality_weights(tmp_path / "q")
+    base = {"images": {"root": str(root), "validation_files": ["kodim03.png"]},
+            "distortion": {"vgg_weights": str(vgg)}}
+
+    def cfg(**quality):
+        return Re2icConfig.for_profile("paper", overrides={**base, "quality": quality})
+
+    with pytest.raises(PreflightError, match="^quality.lpips_weights = '' is not set"):
+        cfg().preflight()
+    with pytest.raises(PreflightError, match="quality.dists_weights .* has no tensor alpha"):
+        cfg(lpips_weights=str(lpips), dists_weights=str(lpips)).preflight()
+    bad = tmp_path / "bad.pth"
+    torch.save({"lin0.model.1.weight": torch.zeros(1, 64, 1, 1)}, bad)
+    with pytest.raises(PreflightError, match="quality.lpips_weights .* has no tensor lin1.model.1.weight"):
+        cfg(lpips_weights=str(bad), dists_weights=str(dists)).preflight()
+    cfg(lpips_weights=str(lpips), dists_weights=str(dists)).preflight()
 
 
 @pytest.mark.paper_shape
@@ -65,17 +88,28 @@ def test_paper_preflight_names_the_missing_key():
 def test_re2ic_paper_profile_on_kodak_layout_and_random_vgg(tmp_path):
     root = write_kodak_like(tmp_path / "kodak")
     vgg = write_random_vgg16(tmp_path / "vgg16.pth")
+    lpips, dists = write_quality_weights(tmp_path / "quality")
     sets = [f"images.root={root}", "images.validation_files=[kodim03.png]", f"distortion.vgg_weights={vgg}",
+            f"quality.lpips_weights={lpips}", f"quality.dists_weights={dists}",
             "seeds=[0]", "distortion.num_levels=2", "codec.device=cpu", "codec.iterations=8",
             "codec.log_every=4", "codec.latent_levels=3", "codec.losses=[wawd,mse]",
             "codec.lambdas.mse=[10,40]", "codec.lambdas.wawd=[3,10]", "metric_eval.texture_crop=32"]
     result = run_paper_shape("re2ic", tmp_path / "project", sets)
     images = result.metrics("re2ic", "load_images")
     assert images["n_images"] == 3 and images["n_validation"] == 1
-    decode = result.metrics("re2ic", "decode")
-    assert decode["n_decoded"] == 2 * 3 * 2 and decode["all_bit_exact"] == 1.0
+    for item in ("wawd-0", "mse-0"):                      # 3 images x 2 lambdas per item
+        decode = result.metrics("re2ic", "decode", item)
+        assert decode["n_decoded"] == 3 * 2 and decode["all_bit_exact"] == 1.0
     metrics = result.metrics("re2ic", "evaluate")
     for key in ("val_wawd_objective_ratio", "val_max_hf_ratio_mse", "a_wawd_hf_ratio",
                 "a_wawd_texture_reduction", "mean_wawd_wawd", "max_fit_tail_change"):
         assert math.isfinite(metrics[key]), key
     assert "bd_rate_wawd_vs_mse_psnr" in metrics and metrics["macs_per_pixel"] < 3000
+    # LPIPS / DISTS of every decoded image, and BD-rates with them as quality (per image and
+    # on the mean RD curves over the test images)
+    for loss in ("mse", "wawd"):
+        assert 0 <= metrics[f"mean_lpips_{loss}"] and math.isfinite(metrics[f"mean_dists_{loss}"])
+    for key in ("bd_rate_wawd_vs_mse_lpips", "bd_rate_wawd_vs_mse_dists", "bd_rate_mean_wawd_vs_mse_lpips"):
+        assert key in metrics, key
+    out = result.out("re2ic", "evaluate")
+    assert (out / "rd_mean_curves.png").stat().st_size > 1000

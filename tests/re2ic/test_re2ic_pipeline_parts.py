@@ -7,10 +7,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from components.re2ic.codec import Re2ICCodec, _tail_change
-from components.re2ic.evaluate import compare_at_matched_rate, parse_decoded_key, premise_checks
+from components.re2ic.codec import Re2ICCodec, _tail_change, laplace_bits
+from components.re2ic.evaluate import compare_at_matched_rate, premise_checks
 from components.re2ic.images import crop_id, load_crop
-from components.re2ic.wd import RandomFeatures, WDToTarget, multi_wd, wavelet_wd
+from components.re2ic.wd import (SQRT_GRAD_LIMIT, RandomFeatures, WDToTarget, _HaarStack, _SafeSqrt, _WDTerm,
+                                 haar_dwt, level_weights, lowpass, multi_wd, multiscale_stats, wavelet_wd)
 
 BANDS = {"LL": 1.0, "LH": 0.5, "HL": 2.0, "HH": 1.5}
 
@@ -86,8 +87,46 @@ def test_premise_compares_own_objective_at_the_common_rate():
     assert per[0]["bpp"] == pytest.approx(np.sqrt(0.2 * 0.3))
 
 
-def test_decoded_key_and_tail_change():
-    assert parse_decoded_key("wd_uniform-2__china_200_300__lam30") == {
-        "loss": "wd_uniform", "seed": 2, "image": "china_200_300", "lam": 30.0}
+def test_tail_change():
     assert _tail_change([4.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]) == 0.0
     assert _tail_change([10.0, 8.0, 6.0, 4.0, 2.0]) == pytest.approx(1.0)
+
+
+def test_one_pass_rate_equals_the_per_level_sum():
+    torch.manual_seed(4)
+    model = Re2ICCodec(16, 16, levels=3, hidden=4, noise_channels=1)
+    with torch.no_grad():
+        model.log_scales.copy_(torch.tensor([-4.0, 0.3, 1.2]))   # the first is clamped at 0.05
+        for y in model.latents:
+            y.copy_(torch.randn_like(y) * 2)
+    with torch.no_grad():
+        per_level = sum(laplace_bits(y, torch.exp(b).clamp(min=0.05)).sum()
+                        for y, b in zip(model.latents, model.log_scales))
+        assert float(model.rate_bits(list(model.latents))) == pytest.approx(float(per_level), rel=1e-6)
+
+
+def test_safe_sqrt_passes_the_clamp_and_caps_the_gradient():
+    """The fused sqrt(max(x, 0)) has the gradient of the former clamp-with-passthrough + sqrt:
+    0.5/sqrt(x) where x > 0, the cap (not 0) where x <= 0."""
+    x = torch.tensor([-0.5, 0.0, 1e-16, 0.25, 4.0], dtype=torch.float64, requires_grad=True)
+    y = _SafeSqrt.apply(x)
+    y.sum().backward()
+    assert torch.equal(y.detach(), torch.tensor([0.0, 0.0, 1e-8, 0.5, 2.0], dtype=torch.float64))
+    assert torch.allclose(x.grad, torch.tensor([SQRT_GRAD_LIMIT, SQRT_GRAD_LIMIT, SQRT_GRAD_LIMIT, 1.0, 0.25],
+                                               dtype=torch.float64))
+
+
+def test_hand_written_backward_passes_match_finite_differences():
+    """_WDTerm (WD to a fixed target), _HaarStack and the stride-1 low-pass: gradcheck in
+    float64 (their backward passes are written by hand, not derived by autograd)."""
+    torch.manual_seed(6)
+    fa = torch.rand(1, 2, 12, 10, dtype=torch.float64, requires_grad=True)
+    fb = torch.rand(1, 2, 12, 10, dtype=torch.float64)
+    sigma = torch.rand(1, 1, 12, 10, dtype=torch.float64) * 3
+    means_b, stds_b = multiscale_stats(fb, 3)
+    weights = [w * torch.rand(1, 2, 1, 1, dtype=torch.float64) for w in level_weights(sigma, 3)]
+    assert torch.autograd.gradcheck(lambda x: _WDTerm.apply(x, fb, means_b, stds_b, weights), (fa,))
+    assert torch.autograd.gradcheck(lambda x: _HaarStack.apply(x, ("HH", "LL", "HL")), (fa,))
+    assert torch.autograd.gradcheck(lambda x: lowpass(x, 1), (fa,))
+    bands = haar_dwt(fa)
+    assert torch.allclose(_HaarStack.apply(fa, ("LH", "LL")), torch.cat([bands["LH"], bands["LL"]], 1))

@@ -11,13 +11,15 @@ from flows.runtime.testing import run_in_temp_project
 @pytest.mark.smoke
 def test_re2ic_smoke_end_to_end(tmp_path):
     result = run_in_temp_project("re2ic", tmp_path / "proj", profile="smoke")
-    decode = result.metrics("re2ic", "decode")
-    # 2 losses x (1 test + 1 validation crop) x 1 lambda x 1 seed
-    assert decode["n_decoded"] == 4 and decode["all_bit_exact"] == 1.0
+    # decode fans out like fit_codec: per (loss, seed), (1 test + 1 validation crop) x 1 lambda
+    for item in ("mse-0", "wawd-0"):
+        decode = result.metrics("re2ic", "decode", item)
+        assert decode["n_decoded"] == 2 and decode["all_bit_exact"] == 1.0
     metrics = result.metrics("re2ic", "evaluate")
     assert metrics["all_bit_exact"] == 1.0
     assert 0.05 < metrics["mean_bpp"] < 24
     assert 0 < metrics["macs_per_pixel"] < 3000
+    assert metrics["hific_macs_per_pixel"] == 675445 and 0 < metrics["macs_fraction_of_hific"] < 0.01
     for loss in ("mse", "wawd"):
         assert 5 < metrics[f"mean_psnr_{loss}"] < 60
         assert math.isfinite(metrics[f"mean_wd_{loss}"]) and metrics[f"mean_wd_{loss}"] >= 0
