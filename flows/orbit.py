@@ -6,8 +6,8 @@ judging through an OpenAI-compatible endpoint, on the same stages."""
 from flows.runtime.dag import Method, Resources, Stage
 
 M = "components.orbit"
-# the policy (Qwen3-4B-Instruct in the paper profile) generates, trains or is evaluated here;
-# one GPU each (the TRL path is single-process), none in smoke/small
+# the policy (Qwen3-4B-Instruct in the paper profile) generates, trains or is evaluated here, or
+# the retrieval embedder runs; one GPU each (the TRL path is single-process), none in smoke/small
 POLICY = Resources(num_cpus=1, num_gpus={"paper": 1})
 
 METHOD = Method(
@@ -20,9 +20,10 @@ METHOD = Method(
               description="Synthetic consultations truncated at a patient turn, HealthBench-format "
                           "rows; train / held-out / seed-pool splits (paper: HealthBench JSONL)"),
         Stage("generate_rubrics", f"{M}.rubrics:generate_rubrics_stage", params=("rubrics",),
-              deps=("build_cases",), resources=Resources(num_cpus=1),
-              description="MiniLM retrieval of similar seed cases + generator -> <= 20 validated "
-                          "items per training case; the generic baseline rubric"),
+              deps=("build_cases",), resources=POLICY,
+              description="Retrieval of similar seed cases and candidate criteria (MiniLM; paper: "
+                          "Qwen3-Embedding + optional reranker) + generator -> <= 20 validated items per "
+                          "training case; the generic baseline rubric"),
         Stage("train_base", f"{M}.base:train_base_stage", params=("policy", "paper"), deps=("build_cases",),
               resources=POLICY,
               description="Base policy: a tiny Qwen3 causal LM (word-level tokenizer) pre-trained on mediocre "

@@ -15,6 +15,9 @@ from typing import ClassVar, Literal
 
 from components.common.config import MethodConfig, Section
 
+# Qwen3-Embedding's default retrieval task (its model card), which the official ORBIT code uses
+QWEN3_TASK = "Given a web search query, retrieve relevant passages that answer the query"
+
 
 class Cases(Section):
     source: Literal["synthetic", "healthbench_jsonl"] = "synthetic"
@@ -39,11 +42,26 @@ class Endpoint(Section):
 
 
 class Rubrics(Section):
+    """Retrieval as the official code's rubrics_generator/rag.py: the ``k_cases`` pool cases
+    nearest the query; the ``top_k`` nearest are shown whole, and their items are ranked against
+    the query (embedding similarity, then the reranker if one is set) into ``n_candidates``
+    candidate criteria for the LLM generators (the template generator reads the ``top_k`` rubrics)."""
     generator: Literal["template", "lm", "openai"] = "template"
-    top_k: int = 3                  # seed rubrics shown to the generator (repo: 3)
+    top_k: int = 3                  # seed rubrics shown to the generator (repo: k_examples 3)
+    k_cases: int = 10               # pool cases whose items feed the candidate list (repo: k_cases 10)
+    k_rerank: int = 50              # items kept by embedding similarity before reranking (repo: k_rubrics 50)
+    n_candidates: int = 15          # candidate criteria shown to the generator (repo: k_rerank 15)
     vote_share: float = 0.5         # template generator: keep a transferred item at this weighted vote
     max_items: int = 20
+    # the retrieval embedder: "" = all-MiniLM-L6-v2 (small profile), else a local transformers folder
+    # (paper: Qwen3-Embedding, last-token pooling, the instruction on queries)
+    embedder: str = ""
+    embed_pooling: Literal["last", "mean", "cls"] = "last"
+    embed_instruction: str = QWEN3_TASK
+    embed_instruct_documents: bool = False   # the official code prefixes pool texts too
     embed_max_tokens: int = 64
+    reranker: str = ""              # optional: a local yes/no reranker folder (Qwen3-Reranker)
+    device: str = "auto"            # embedder / reranker device (CUDA when visible)
     lm_path: str = ""               # generator "lm": a local transformers model folder
     endpoint: Endpoint = Endpoint()
 
@@ -93,6 +111,15 @@ class GRPO(Section):
     review_ratio: float = 0.5
     min_weight: float = 0.2
     weight_power: float = 1.0
+    # memory (lm_rl.grpo_train): rollouts per forward/backward (0 = the whole step; gradients are
+    # accumulated over the step's micro-batches), rollouts per generation call (0 = the whole
+    # step), activation checkpointing, and the dtype of the trained weights for a checkpoint
+    # policy (float32 master weights with bf16 autocast on a GPU, as verl's FSDP trains; bfloat16
+    # halves the memory but loses lr-1e-6 updates to rounding)
+    micro_batch: int = 0
+    generation_batch: int = 0
+    gradient_checkpointing: bool = False
+    train_dtype: Literal["float32", "bfloat16"] = "float32"
 
 
 class Judge(Section):
@@ -134,6 +161,10 @@ class Paper(Section):
 
 POLICY_LAYOUT = ("a save_pretrained folder of the policy, e.g. Qwen3-4B-Instruct-2507 "
                  "(config.json + model.safetensors + tokenizer.json)")
+EMBEDDER_LAYOUT = ("a save_pretrained folder of the retrieval embedder, e.g. Qwen3-Embedding-0.6B "
+                   "(config.json + model.safetensors + tokenizer.json)")
+RERANKER_LAYOUT = ("a save_pretrained folder of a yes/no reranker, e.g. Qwen3-Reranker-0.6B "
+                   "(config.json + model.safetensors + tokenizer.json), or empty for none")
 JSONL_LAYOUT = "a HealthBench JSONL file (one row per line: prompt, rubrics[criterion, points, tags])"
 
 
@@ -165,9 +196,17 @@ class OrbitConfig(MethodConfig):
         # One seed at this scale (each GRPO run is tens of GPU-hours); more by --set seeds=[...].
         "seeds": [3],
         "cases": {"source": "healthbench_jsonl"},
-        "rubrics": {"generator": "openai"},
+        # retrieval: Qwen3-Embedding from rubrics.embedder (last-token pooling, instruction on queries);
+        # a Qwen3-Reranker in rubrics.reranker is optional (without it: embedding order)
+        "rubrics": {"generator": "openai", "embed_max_tokens": 1024},
         "policy": {"max_response": 8192},
-        "grpo": {"steps": 500, "prompts_per_step": 64, "group_size": 8, "lr": 1e-6, "overlong_buffer": 4096},
+        # Memory on one GPU (arithmetic, not measured): fp32 master weights + grads + AdamW states of a
+        # 4B model ~64 GB; 512 rollouts of up to 12k tokens per step, 2 per forward/backward (256
+        # accumulated micro-batches) with activation checkpointing; generated 16 at a time (2 prompts
+        # x 8: Qwen3-4B's KV cache is ~0.15 MB per token in bf16, ~29 GB for 16 x 12k tokens with
+        # transformers generate; with vLLM rollouts the whole step is generated at once).
+        "grpo": {"steps": 500, "prompts_per_step": 64, "group_size": 8, "lr": 1e-6, "overlong_buffer": 4096,
+                 "micro_batch": 2, "generation_batch": 16, "gradient_checkpointing": True},
         "evaluate": {"judge": "openai", "repeats": 1},
         "paper": {"enabled": True},
     }
@@ -189,6 +228,15 @@ class OrbitConfig(MethodConfig):
                                  "OpenAI-compatible endpoint (e.g. a local vLLM server) for this profile")
         if self.rubrics.generator == "lm":
             self._need_path("rubrics.lm_path", self.rubrics.lm_path)
+        for key, layout in (("embedder", EMBEDDER_LAYOUT), ("reranker", RERANKER_LAYOUT)):
+            value = getattr(self.rubrics, key)
+            # the paper's retrieval needs the embedder (MiniLM is the small profile's stand-in); a
+            # reranker is optional; a folder set in any profile is checked
+            if value or (key == "embedder" and self.paper.enabled):
+                from components.common.preflight import require_checkpoint, require_tokenizer
+
+                require_checkpoint(f"rubrics.{key}", value, layout)
+                require_tokenizer(f"rubrics.{key}", value, layout)
 
     @property
     def free_text_rubrics(self) -> bool:

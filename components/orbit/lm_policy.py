@@ -144,23 +144,25 @@ def write_policy_ref(folder: Path, max_response: int, style: str, device: str, s
     (Path(folder) / POLICY_FILE).write_text(json.dumps(ref, indent=1))
 
 
-def load_lm_policy(folder: Path) -> LMPolicy:
+def load_lm_policy(folder: Path, dtype: str = "auto") -> LMPolicy:
+    """The policy of a folder. ``dtype`` applies to a checkpoint policy (``auto``: bf16 on a GPU,
+    fp32 on CPU; training asks for fp32 master weights); the small profile's tiny model is fp32."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder = Path(folder)
     if (folder / POLICY_FILE).is_file():
-        return _load_text_policy(folder)
+        return _load_text_policy(folder, dtype)
     model = AutoModelForCausalLM.from_pretrained(folder).eval()
     return LMPolicy(model, AutoTokenizer.from_pretrained(folder), int((folder / "orbit_policy.txt").read_text()))
 
 
-def _load_text_policy(folder: Path) -> LMPolicy:
+def _load_text_policy(folder: Path, dtype: str = "auto") -> LMPolicy:
     """A checkpoint (here or at ``source``) on its device (CUDA + bf16 when visible)."""
     from components.common.hf_models import load_model, load_tokenizer
 
     ref = json.loads((folder / POLICY_FILE).read_text())
     weights = Path(ref["source"]) if ref.get("source") else folder
-    model = load_model(weights, "causal_lm", device=ref["device"])
+    model = load_model(weights, "causal_lm", device=ref["device"], dtype=dtype)
     tok = load_tokenizer(weights, padding_side="left")
     return LMPolicy(model, tok, int(ref["max_response"]), ref["style"], ref["device"])
 

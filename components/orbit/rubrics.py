@@ -18,6 +18,7 @@ from typing import Callable, Protocol
 import numpy as np
 
 from components.orbit.ontology import AXES, DURATIONS, PHRASES, item, user_text
+from components.orbit.heap import keep_freed_memory
 
 MAX_ITEMS = 20
 PREDICATE_KEYS = {"any", "all", "none", "pairs", "count", "min_n", "max_n"}
@@ -111,12 +112,35 @@ def retrieve(query_emb: np.ndarray, pool_emb: np.ndarray, k: int) -> tuple[np.nd
     return idx, sims[idx]
 
 
+def candidate_criteria(query_emb: np.ndarray, rubrics: list[list[dict]], embed_items: Callable, k_rerank: int,
+                       n: int, rerank: Callable | None = None) -> list[dict]:
+    """The candidate pool of the official code's retrieval: the items of the retrieved cases
+    (``rubrics``, nearest first; one per criterion text), the ``k_rerank`` nearest the query by
+    embedding, reordered by ``rerank(criteria) -> scores`` when given, the first ``n``."""
+    items, seen = [], set()
+    for rubric in rubrics:
+        for it in rubric:
+            if it["criterion"] not in seen:
+                seen.add(it["criterion"])
+                items.append(it)
+    if not items:
+        return []
+    sims = embed_items([it["criterion"] for it in items]) @ query_emb
+    items = [items[j] for j in np.argsort(-sims, kind="stable")[:k_rerank]]
+    if rerank is not None:
+        scores = np.asarray(rerank([it["criterion"] for it in items]), float)
+        items = [items[j] for j in np.argsort(-scores, kind="stable")]
+    return items[:n]
+
+
 # ---------------------------------------------------------------- generators
 class RubricGenerator(Protocol):
     name: str
 
-    def generate(self, prompt: list[dict], neighbours: list[list[dict]], sims: list[float]) -> list[dict]:
-        """Raw (unvalidated) items for one case, given the retrieved seed rubrics."""
+    def generate(self, prompt: list[dict], neighbours: list[list[dict]], sims: list[float],
+                 candidates: list[dict] = ()) -> list[dict]:
+        """Raw (unvalidated) items for one case, given the retrieved seed rubrics and the
+        candidate criteria."""
 
 
 class TemplateGenerator:
@@ -127,7 +151,7 @@ class TemplateGenerator:
     def __init__(self, vote_share: float = 0.5):
         self.vote_share = vote_share
 
-    def generate(self, prompt, neighbours, sims):
+    def generate(self, prompt, neighbours, sims, candidates=()):
         ctx = extract_context(prompt)
         items = []
         if ctx["red_flag"]:
@@ -199,11 +223,13 @@ similar cases below as examples of style and content. Return only the JSON list.
 """
 
 
-def generation_prompt(prompt: list[dict], neighbours: list[list[dict]]) -> str:
+def generation_prompt(prompt: list[dict], neighbours: list[list[dict]], candidates: list[dict] = ()) -> str:
     conv = "\n".join(f"{m['role']}: {m['content']}" for m in prompt)
     examples = "\n\n".join(json.dumps([{k: it[k] for k in ("criterion", "points", "tags")} for it in r])
                            for r in neighbours)
-    return f"{GENERATION_INSTRUCTIONS}\n# Similar cases' rubrics\n{examples}\n\n# Conversation\n{conv}\n"
+    pool = "\n".join(f"[{it['points']:+d}] {it['criterion']}" for it in candidates) or "none"
+    return (f"{GENERATION_INSTRUCTIONS}\n# Similar cases' rubrics\n{examples}\n\n"
+            f"# Candidate criteria from similar cases (ideas, not to copy)\n{pool}\n\n# Conversation\n{conv}\n")
 
 
 def parse_items(text: str) -> list[dict]:
@@ -230,8 +256,8 @@ class LMGenerator:
     def __init__(self, complete: Callable[[str], str]):
         self.complete = complete
 
-    def generate(self, prompt, neighbours, sims):
-        return parse_items(self.complete(generation_prompt(prompt, neighbours)))
+    def generate(self, prompt, neighbours, sims, candidates=()):
+        return parse_items(self.complete(generation_prompt(prompt, neighbours, candidates)))
 
 
 class OpenAIGenerator:
@@ -240,11 +266,11 @@ class OpenAIGenerator:
     def __init__(self, base_url: str, model: str, api_key_env: str = "OPENAI_API_KEY"):
         self.base_url, self.model, self.api_key_env = base_url, model, api_key_env
 
-    def generate(self, prompt, neighbours, sims):
+    def generate(self, prompt, neighbours, sims, candidates=()):
         from components.orbit.endpoint import chat
 
-        reply = chat(self.base_url, self.model,
-                     [{"role": "user", "content": generation_prompt(prompt, neighbours)}], self.api_key_env)
+        message = {"role": "user", "content": generation_prompt(prompt, neighbours, candidates)}
+        reply = chat(self.base_url, self.model, [message], self.api_key_env)
         return parse_items(reply)
 
 
@@ -267,28 +293,36 @@ def generate_rubrics_stage(cfg, ctx) -> None:
     import torch
 
     from components.common.io import read_table, write_json_atomic, write_table
-    from components.orbit.embed import Embedder
+    from components.orbit.embed import Retriever, make_reranker
     from components.orbit.ontology import generic_rubric, reference_rubric
 
     torch.set_num_threads(1)
+    keep_freed_memory()        # glibc keeps freed tensors' pages: same numbers, fewer page faults
     r = cfg.rubrics
     cases = read_table(ctx.inputs["build_cases"] / "cases.parquet").to_pylist()
     train = [c for c in cases if c["split"] == "train"]
     pool = [c for c in cases if c["split"] == "seed_pool"]
-    embed = Embedder(r.embed_max_tokens)
-    q = embed([user_text(json.loads(c["prompt"])) for c in train])
-    pe = embed([user_text(json.loads(c["prompt"])) for c in pool])
+    embed, reranker = Retriever(r), make_reranker(r)
+    queries = [user_text(json.loads(c["prompt"])) for c in train]
+    q = embed.queries(queries)
+    pe = embed.documents([user_text(json.loads(c["prompt"])) for c in pool])
     pool_rubrics = [json.loads(c["rubrics"]) for c in pool]
     gen = make_generator(r)
-    out, rejections, same_cond, precision, recall = [], [], [], [], []
+    out, rejections, same_cond, precision, recall, n_cand = [], [], [], [], [], []
     for i, case in enumerate(train):
-        idx, sims = retrieve(q[i], pe, r.top_k)
+        idx, sims = retrieve(q[i], pe, max(r.top_k, r.k_cases))
+        rerank = (lambda crit, query=queries[i]: reranker.score(query, crit)) if reranker else None
+        candidates = candidate_criteria(q[i], [pool_rubrics[j] for j in idx], embed.documents, r.k_rerank,
+                                        r.n_candidates, rerank)
+        idx, sims = idx[:r.top_k], sims[:r.top_k]
         prompt = json.loads(case["prompt"])
-        raw = gen.generate(prompt, [pool_rubrics[j] for j in idx], sims.tolist())
+        raw = gen.generate(prompt, [pool_rubrics[j] for j in idx], sims.tolist(), candidates)
         kept, rejected = validate_rubric(raw, r.max_items, require_predicate=gen.name == "template")
+        n_cand.append(len(candidates))
         out.append({"prompt_id": case["prompt_id"], "rubrics": json.dumps(kept),
                     "neighbours": json.dumps([pool[j]["prompt_id"] for j in idx]),
-                    "similarities": json.dumps([round(float(s), 4) for s in sims])})
+                    "similarities": json.dumps([round(float(s), 4) for s in sims]),
+                    "candidates": json.dumps([c["criterion"] for c in candidates])})
         rejections += [{"prompt_id": case["prompt_id"], "criterion": str(x["item"].get("criterion", "")),
                         "points": str(x["item"].get("points", "")), "reason": x["reason"]} for x in rejected]
         if case["condition"]:
@@ -311,7 +345,8 @@ def generate_rubrics_stage(cfg, ctx) -> None:
     for x in rejections:
         reasons[x["reason"]] = reasons.get(x["reason"], 0) + 1
     ctx.write_metrics({
-        "generator": gen.name, "n_cases": len(out), "items_mean": float(np.mean(n_items)),
+        "generator": gen.name, "embedder": embed.name, "reranked": reranker is not None,
+        "candidates_mean": float(np.mean(n_cand)), "n_cases": len(out), "items_mean": float(np.mean(n_items)),
         "items_max": int(np.max(n_items)), "cases_without_rubric": int(sum(n == 0 for n in n_items)),
         "n_rejected": len(rejections), "rejection_reasons": reasons,
         "retrieval_same_condition": float(np.mean(same_cond)) if same_cond else None,

@@ -1,7 +1,10 @@
 """Stage grpo_train (fan-out variant x seed): GRPO from the base policy at one fixed budget,
 through the shared TRL path (``components.common.lm_rl.grpo_train``). Paper profile: TRL's vLLM
 rollouts when vLLM and a GPU are present (vLLM is not installed in this project, so that path
-is untested and rollouts are transformers ``generate``).
+is untested and rollouts are transformers ``generate``). Memory at paper scale: micro-batches
+with gradient accumulation, a bounded generation batch and activation checkpointing
+(``grpo.micro_batch`` / ``generation_batch`` / ``gradient_checkpointing``), and fp32 master
+weights for a checkpoint policy (``grpo.train_dtype``); the small profile uses none of them.
 
 Variants: ``orbit_review`` (case rubrics, stochastic_review curriculum), ``orbit_admission``
 (case rubrics, curriculum_admission), ``orbit_all`` (case rubrics, every item in the reward),
@@ -22,6 +25,7 @@ from components.common.lm_rl import grpo_train
 from components.common.seeds import seed_everything
 from components.orbit.grpo import Case, RewardSettings, RubricReward, item_judge
 from components.orbit.lm_policy import load_lm_policy
+from components.orbit.heap import keep_freed_memory
 
 VARIANTS = {"orbit_review": "stochastic_review", "orbit_admission": "curriculum_admission",
             "orbit_all": "none", "generic": "none"}
@@ -49,8 +53,9 @@ def grpo_train_stage(cfg, ctx) -> None:
     g = cfg.grpo
     variant, seed = ctx.item["variant"], int(ctx.item["seed"])
     torch.set_num_threads(1)
+    keep_freed_memory()        # glibc keeps freed tensors' pages: same numbers, fewer page faults
     seed_everything(seed)
-    policy = load_lm_policy(ctx.inputs["train_base"] / "policy")
+    policy = load_lm_policy(ctx.inputs["train_base"] / "policy", dtype=g.train_dtype)
     cases = read_table(ctx.inputs["build_cases"] / "cases.parquet").to_pylist()
     prompts = {c["prompt_id"]: json.loads(c["prompt"]) for c in cases if c["split"] == "train"}
     filtered = read_table(ctx.inputs["difficulty_filter"] / "filtered.parquet").to_pylist()
@@ -59,12 +64,16 @@ def grpo_train_stage(cfg, ctx) -> None:
     judge = item_judge(cfg.judge)
     reward = RubricReward(train_cases, reward_settings(g, variant, policy.max_response), seed, policy.parse, judge)
     rows = [{"prompt": policy.messages(c.prompt), "case_index": i} for i, c in enumerate(train_cases)]
+    use_vllm = policy.style == "text" and vllm_available()
+    # generation_batch bounds transformers' KV cache; vLLM pages its cache, so it samples the whole step
+    gen_batch = None if use_vllm else (g.generation_batch or None)
     with tempfile.TemporaryDirectory() as tmp:
         result = grpo_train(policy.model, policy.tokenizer, rows, reward, tmp, steps=g.steps,
                             group_size=g.group_size, prompts_per_step=g.prompts_per_step,
                             max_new_tokens=policy.max_response, lr=g.lr, beta=0.0, temperature=g.temperature,
                             seed=seed, loss_type="dapo", epsilon=g.clip_low, epsilon_high=g.clip_high,
-                            top_p=g.top_p, use_vllm=policy.style == "text" and vllm_available())
+                            top_p=g.top_p, use_vllm=use_vllm, micro_batch=g.micro_batch or None,
+                            generation_batch=gen_batch, gradient_checkpointing=g.gradient_checkpointing)
     policy.model = result.model.eval()
     for step, rec in enumerate(reward.records, 1):
         ctx.log_metrics({f"grpo/{k}": v for k, v in rec.items()}, step)

@@ -1,6 +1,7 @@
 """Test inputs of orbit's paper profile: tiny HealthBench JSONL files in the simple-evals layout
-(prompt messages, prompt_id, example_tags, rubrics of {criterion, points, tags}) and a fake
-OpenAI-compatible server that plays both the rubric generator and the rubric judge.
+(prompt messages, prompt_id, example_tags, rubrics of {criterion, points, tags}), a tiny yes/no
+reranker checkpoint (Qwen3 architecture, a word-level tokenizer that knows "yes" and "no"), and a
+fake OpenAI-compatible server that plays both the rubric generator and the rubric judge.
 
 The judge's verdict is a fixed function of the request (a hash of the completion and the item),
 so replies that differ get different verdicts (the difficulty filter needs groups that are not
@@ -71,3 +72,16 @@ def answer(prompt: str) -> str:
 def fake_judge_server() -> FakeEndpoint:
     """orbit's rubric generator + rubric judge endpoint."""
     return FakeEndpoint(respond=lambda body: answer(body["messages"][-1]["content"]))
+
+
+def tiny_reranker(folder: Path) -> Path:
+    """A random tiny Qwen3ForCausalLM whose tokenizer has the "yes" and "no" tokens a
+    Qwen3-Reranker-style scorer reads (the shared tiny tokenizer has neither)."""
+    from components.common.hf_models import save_model
+    from components.common.tiny_models import build_tiny
+    from components.common.tiny_tokenizer import train_tokenizer
+    from tests.paper.checkpoints import corpus
+
+    tok = train_tokenizer(corpus(100) + ["yes no"] * 4 + [f"{c} {x}" for c, _ in CRITERIA for x in ("yes", "no")],
+                          "word", vocab_size=512)
+    return save_model(build_tiny("qwen3", vocab_size=len(tok)), folder, tok)

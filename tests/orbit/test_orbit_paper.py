@@ -74,12 +74,13 @@ def test_healthbench_reader_keeps_free_text_items_and_names_file_and_field(tmp_p
         healthbench_records(str(write_jsonl(tmp_path / "pm.jsonl", [{"prompt": ["hi"], "rubrics": []}])))
 
 
-def _paper(tmp_path, policy, **paper):
+def _paper(tmp_path, policy, rubrics=None, **paper):
     files = write_healthbench(tmp_path / "hb")
     ep = {"base_url": "http://127.0.0.1:9/v1", "model": "m"}
     values = {"train_jsonl": str(files["train"]), "seed_jsonl": str(files["seed"]),
               "eval_jsonl": str(files["eval"]), "policy_path": str(policy), **paper}
-    return OrbitConfig.for_profile("paper", {"paper": values, "rubrics": {"endpoint": ep},
+    rubrics = {"endpoint": ep, "embedder": str(policy), **(rubrics or {})}
+    return OrbitConfig.for_profile("paper", {"paper": values, "rubrics": rubrics,
                                              "judge": {"endpoint": ep}, "evaluate": {"endpoint": ep}})
 
 
@@ -106,6 +107,41 @@ def test_paper_preflight_names_the_key_in_one_line(tmp_path, tiny_checkpoints):
     assert msg.startswith("orbit: judge.endpoint.base_url is not set") and "\n" not in msg
     with pytest.raises(ValueError, match="rubrics.generator = template"):
         _paper(tmp_path, policy).model_copy(update={"rubrics": OrbitConfig().rubrics}).preflight()
+    # the retrieval embedder (Qwen3-Embedding) is required in the paper profile, a reranker optional
+    with pytest.raises(PreflightError, match=r"^rubrics.embedder = '' is not set; set rubrics.embedder to .*Qwen3-Emb"):
+        _paper(tmp_path, policy, rubrics={"embedder": ""}).preflight()
+    _paper(tmp_path, policy, rubrics={"reranker": str(policy)}).preflight()
+    with pytest.raises(PreflightError, match=r"^rubrics.reranker = .* is not a checkpoint"):
+        _paper(tmp_path, policy, rubrics={"reranker": str(tmp_path)}).preflight()
+
+
+def test_paper_profile_micro_batches_checkpoints_and_keeps_fp32_master_weights():
+    g = OrbitConfig.for_profile("paper").grpo
+    assert (g.micro_batch, g.generation_batch, g.gradient_checkpointing, g.train_dtype) == (2, 16, True, "float32")
+    from components.common.lm_rl import grpo_batches
+
+    assert grpo_batches(g.prompts_per_step, g.group_size, g.micro_batch, g.generation_batch) == {
+        "per_device_train_batch_size": 2, "gradient_accumulation_steps": 256, "generation_batch_size": 16}
+    small = OrbitConfig().grpo        # the small profile keeps one micro-batch per step, no checkpointing
+    assert (small.micro_batch, small.generation_batch, small.gradient_checkpointing) == (0, 0, False)
+
+
+def test_candidate_criteria_rank_the_retrieved_cases_items_then_rerank():
+    from components.orbit.rubrics import candidate_criteria
+
+    def item(c, p=3):
+        return {"criterion": c, "points": p, "tags": ["level:example", "axis:accuracy"]}
+
+    vecs = {"a": [1.0, 0.0], "b": [0.8, 0.6], "c": [0.0, 1.0], "d": [0.6, 0.8]}
+    embed = lambda texts: np.asarray([vecs[t] for t in texts])          # noqa: E731
+    rubrics = [[item("c"), item("a")], [item("a", 5), item("b")], [item("d")]]
+    q = np.asarray([1.0, 0.0])
+    got = candidate_criteria(q, rubrics, embed, k_rerank=3, n=2)
+    assert [it["criterion"] for it in got] == ["a", "b"] and got[0]["points"] == 3    # first copy of "a" kept
+    rerank = lambda crit: [{"a": 0.1, "b": 0.2, "d": 0.9}[c] for c in crit]     # noqa: E731
+    got = candidate_criteria(q, rubrics, embed, k_rerank=3, n=2, rerank=rerank)
+    assert [it["criterion"] for it in got] == ["d", "b"]            # "c" was cut before reranking
+    assert candidate_criteria(q, [[], []], embed, 3, 2) == []
 
 
 def test_paper_profile_declares_gpus_for_the_policy_stages():
@@ -113,6 +149,7 @@ def test_paper_profile_declares_gpus_for_the_policy_stages():
 
     gpus = {s.name: s.resources.gpus("paper") for s in METHOD.stages}
     assert gpus["train_base"] == gpus["difficulty_filter"] == gpus["grpo_train"] == gpus["evaluate"] == 1
+    assert gpus["generate_rubrics"] == 1                   # the Qwen3-Embedding retrieval
     assert all(s.resources.gpus("small") == 0 for s in METHOD.stages)
 
 

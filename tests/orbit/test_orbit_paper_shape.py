@@ -2,12 +2,14 @@
 Qwen3ForCausalLM saved with save_pretrained as the policy, tiny HealthBench JSONL files in the
 simple-evals layout, and a fake OpenAI-compatible server as rubric generator and judge; GRPO
 steps shrunk by --set. It checks that free-text rubric items are graded through the judge in
-every stage and that the HealthBench metrics come out per policy."""
+every stage and that the HealthBench metrics come out per policy. Retrieval runs the tiny Qwen3
+as the embedder and a tiny yes/no reranker; GRPO runs in micro-batches with activation
+checkpointing, as the paper profile does."""
 import json
 
 import pytest
 
-from tests.orbit.paper_files import fake_judge_server, write_healthbench
+from tests.orbit.paper_files import CRITERIA, fake_judge_server, tiny_reranker, write_healthbench
 from tests.paper.harness import run_paper_shape
 
 pytestmark = [pytest.mark.paper_shape, pytest.mark.slow]   # tens of seconds: CI is at its time limit
@@ -20,11 +22,15 @@ def judge_server():
     server.close()
 
 
-def paper_sets(files: dict, policy, url: str) -> list[str]:
+def paper_sets(files: dict, policy, url: str, reranker) -> list[str]:
     endpoints = [f"{key}.endpoint.{field}={value}" for key in ("rubrics", "judge", "evaluate")
                  for field, value in (("base_url", url), ("model", "fake-judge"), ("concurrency", 4))]
+    # the tiny Qwen3 doubles as the retrieval embedder (loaded as the bare Qwen3Model, last-token pooled)
     return [f"paper.train_jsonl={files['train']}", f"paper.seed_jsonl={files['seed']}",
             f"paper.eval_jsonl={files['eval']}", f"paper.policy_path={policy}", "paper.device=cpu",
+            f"rubrics.embedder={policy}", f"rubrics.reranker={reranker}", "rubrics.device=cpu",
+            "rubrics.k_cases=3", "rubrics.k_rerank=6", "rubrics.n_candidates=4",
+            "grpo.micro_batch=2", "grpo.generation_batch=4", "grpo.gradient_checkpointing=true",
             *endpoints, "policy.max_response=8", "filter.rollouts=4", "filter.easy_threshold=1.01",
             "grpo.steps=2", "grpo.prompts_per_step=2", "grpo.group_size=2", "grpo.overlong_buffer=4",
             "evaluate.n_bootstrap=20", "agreement.max_train_examples=12"]
@@ -34,7 +40,8 @@ def test_orbit_paper_profile_on_healthbench_jsonl_tiny_qwen3_and_a_fake_judge(tm
                                                                              judge_server):
     files = write_healthbench(tmp_path / "healthbench")
     policy = tiny_checkpoints.checkpoint("qwen3")
-    result = run_paper_shape("orbit", tmp_path / "project", paper_sets(files, policy, judge_server.url))
+    reranker = tiny_reranker(tmp_path / "reranker")
+    result = run_paper_shape("orbit", tmp_path / "project", paper_sets(files, policy, judge_server.url, reranker))
 
     cases = result.metrics("orbit", "build_cases")
     assert (cases["n_train"], cases["n_test"], cases["n_val"]) == (6, 6, 0)
@@ -42,6 +49,10 @@ def test_orbit_paper_profile_on_healthbench_jsonl_tiny_qwen3_and_a_fake_judge(tm
     rubrics = result.metrics("orbit", "generate_rubrics")
     assert rubrics["generator"] == "openai" and rubrics["items_mean"] == 4 and rubrics["cases_without_rubric"] == 0
     assert rubrics["rejection_reasons"] == {"zero points": 6}
+    assert rubrics["embedder"] == "hf:last" and rubrics["reranked"] and rubrics["candidates_mean"] == 4
+    gen_prompts = judge_server.prompts("You write grading rubrics")
+    assert len(gen_prompts) == 6 and all("# Candidate criteria from similar cases" in p for p in gen_prompts)
+    assert all(sum(f"] {c}" in p for c, _ in CRITERIA) >= 1 for p in gen_prompts)   # pool items offered
     base = result.metrics("orbit", "train_base")
     assert base["architecture"] == "Qwen3ForCausalLM" and base["device"] == "cpu"
     filt = result.metrics("orbit", "difficulty_filter")

@@ -1,0 +1,52 @@
+"""keep_freed_memory: the small profile's training steps stop faulting freed memory back in,
+and what they compute does not change (regression test for the 10-minute committed run)."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+PROBE = r"""
+import json, resource, sys
+import torch
+from components.common.tiny_models import build_tiny
+from components.orbit.heap import keep_freed_memory
+
+torch.set_num_threads(1)
+kept = keep_freed_memory() if sys.argv[1] == "keep" else None
+# the small profile's policy shape (hidden 64, 2 layers, 262 tokens) on one GRPO step's batch
+model = build_tiny("qwen3", seed=0, vocab_size=262, hidden_size=64, intermediate_size=256, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=128).train()
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+gen = torch.Generator().manual_seed(0)
+x = torch.randint(0, 262, (64, 60), generator=gen)
+
+def step():
+    loss = model(input_ids=x, labels=x).loss
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    return float(loss.detach())
+
+for _ in range(3):   # the heap grows to the step's working set
+    step()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+losses = [step() for _ in range(20)]
+faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+print(json.dumps({"kept": kept, "faults": faults, "losses": losses}))
+"""
+
+
+def _probe(mode: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc mallopt")
+def test_keep_freed_memory_cuts_page_faults_and_changes_no_number():
+    default, kept = _probe("default"), _probe("keep")
+    assert kept["kept"] is True
+    assert kept["losses"] == default["losses"]             # bit-identical training
+    # the default thresholds fault the step's tensors back in on every step (~700 pages per
+    # step here, ~4x fewer kept; a 60-step GRPO probe of the small profile: 564k -> 41k)
+    assert kept["faults"] * 2 < default["faults"], (kept["faults"], default["faults"])
