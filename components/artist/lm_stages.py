@@ -12,8 +12,8 @@ families run this same code; the stage functions in train.py / evaluate.py dispa
   consistency is the share of N reasoner samples of the current policy that answer right after
   the plan's zooms; no KL. *Reasoner* steps — per question one of its K plans, drawn with
   probability ∝ (std of its N reasoner rewards + eps)^(1/T) (variance-guided), then N
-  answers after that plan's zooms, reward 3·accuracy + 1·format, KL β to the SFT policy
-  (the LoRA switched off).
+  answers after that plan's zooms, reward 3·accuracy + 1·format, KL β to the policy at the start
+  of the reasoner block (TRL's reference copy of the LoRA; the paper: the SFT policy).
 - **evaluate**: accuracy, macro-F1, fraction read and zooms per family over ``evaluate.runs``
   sampled runs (controller T 1.0, reasoner T 0.7) for the SFT and SFT+RL policies; on generated
   families also the oracle windows; the overview-only reasoner; a uniform guess.
@@ -294,6 +294,17 @@ def drop_reference_adapter(model) -> None:
         model.set_adapter("default")
 
 
+def grpo_batch_args(lm, questions: int, group_size: int) -> dict[str, int]:
+    """The batch arguments of one role's ``grpo_train`` call: ``questions`` prompts a step, each
+    with ``group_size`` rollouts, in micro-batches of ``lm.micro_questions`` questions whose
+    gradients the step accumulates (the official RL: batch 1, gradient accumulation 16; 0 or a
+    value that does not divide ``questions``: the whole step at once). TRL still generates the
+    step's groups in one call (``generation_batch`` left at the whole step), as before."""
+    micro = lm.micro_questions if 0 < lm.micro_questions < questions and questions % lm.micro_questions == 0 \
+        else questions
+    return {"prompts_per_step": questions, "group_size": group_size, "micro_batch": micro * group_size}
+
+
 def lm_rl_stage(cfg, ctx) -> None:
     from components.common.lm_rl import grpo_train
     from components.common.peft_lora import attach_lora
@@ -313,23 +324,21 @@ def lm_rl_stage(cfg, ctx) -> None:
         steps = min(lm.rl_block, rl.iterations - done)
         idx = rng.choice(len(qs), size=q * steps, replace=len(qs) < q * steps)
         creward.groups = {}
-        # questions per device batch; the step accumulates q / micro of them (the official RL:
-        # batch 1, gradient accumulation 16); TRL still generates the step's groups together
-        micro = lm.micro_questions if 0 < lm.micro_questions < q and q % lm.micro_questions == 0 else q
-        common = dict(steps=steps, prompts_per_step=micro, gradient_accumulation_steps=q // micro, lr=lm.rl_lr,
-                      seed=seed * 1000 + block, loss_type=lm.loss_type, scale_rewards="group")
+        common = dict(steps=steps, lr=lm.rl_lr, seed=seed * 1000 + block, loss_type=lm.loss_type,
+                      scale_rewards="group")
         with tempfile.TemporaryDirectory() as tmp:
             model = grpo_train(model, tok, [{"prompt": controller_messages(qs[i], s), "qid": int(i)} for i in idx],
-                               creward, tmp, group_size=rl.controller_rollouts, max_new_tokens=lm.controller_tokens,
-                               beta=0.0, temperature=rl.controller_temperature, **common).model
+                               creward, tmp, max_new_tokens=lm.controller_tokens, beta=0.0,
+                               temperature=rl.controller_temperature,
+                               **grpo_batch_args(lm, q, rl.controller_rollouts), **common).model
         runner.model = model
         picks = pick_reasoner_windows(creward.groups, rl, rng)
         rows = [{"prompt": reasoner_messages(qs[i], w, s), "qid": int(i)} for i, w in picks]
         rows = (rows * (1 + q * steps // max(1, len(rows))))[:q * steps]
         with tempfile.TemporaryDirectory() as tmp:
-            model = grpo_train(model, tok, rows, rreward, tmp, group_size=rl.reasoner_rollouts,
-                               max_new_tokens=lm.reasoner_tokens, beta=rl.kl_beta,
-                               temperature=rl.reasoner_temperature, **common).model
+            model = grpo_train(model, tok, rows, rreward, tmp, max_new_tokens=lm.reasoner_tokens, beta=rl.kl_beta,
+                               temperature=rl.reasoner_temperature,
+                               **grpo_batch_args(lm, q, rl.reasoner_rollouts), **common).model
         drop_reference_adapter(model)
         runner.model = model
         done, block = done + steps, block + 1

@@ -104,6 +104,32 @@ def test_controller_reward_uses_reasoner_consistency_and_punishes_format_errors(
     assert rr(None, [answer_text(2), answer_text(1), "x"], qid=[0, 0, 0]) == [4.0, 1.0, -1.0]
 
 
+def test_rl_batch_arguments_fit_the_shared_grpo_path():
+    """Regression: after components/common/lm_rl gained micro-batches, passing TRL's
+    gradient_accumulation_steps through **grpo_args collided with grpo_train's own
+    (GRPOConfig got it twice, the paper profile's rl stage failed). Every batch argument must be
+    a named parameter of grpo_train, and the step must be the same rollouts as before."""
+    import inspect
+
+    from components.artist.config import ArtistConfig
+    from components.artist.lm_stages import grpo_batch_args
+    from components.common.lm_rl import grpo_batches, grpo_train
+
+    named = {k for k, p in inspect.signature(grpo_train).parameters.items() if p.kind is p.KEYWORD_ONLY}
+    paper = ArtistConfig.for_profile("paper")
+    for lm, group in ((paper.lm, paper.rl.controller_rollouts), (paper.lm, paper.rl.reasoner_rollouts),
+                      (ArtistConfig().lm, 6)):
+        args = grpo_batch_args(lm, paper.rl.questions, group)
+        assert set(args) <= named, set(args) - named
+        trl = grpo_batches(args["prompts_per_step"], args["group_size"], args["micro_batch"])
+        micro = lm.micro_questions or paper.rl.questions
+        assert trl == {"per_device_train_batch_size": micro * group,
+                       "gradient_accumulation_steps": paper.rl.questions // micro,
+                       "generation_batch_size": paper.rl.questions * group}
+    odd = ArtistConfig(lm={"micro_questions": 3}).lm           # does not divide 16: the whole step
+    assert grpo_batch_args(odd, 16, 4)["micro_batch"] == 64
+
+
 # ---------------------------------------------------------------- benchmarks (published layout)
 def test_benchmark_rows_map_labels_as_the_official_loaders(tmp_path):
     from components.artist.benchmarks import BENCHMARKS, answer_index, cot_windows, read_split
