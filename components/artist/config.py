@@ -1,7 +1,6 @@
 """Params of the ARTIST reproduction. Field defaults are the ``small`` profile."""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import ClassVar, Literal
 
 from components.common.config import MethodConfig, Section
@@ -91,7 +90,9 @@ class Baselines(Section):
     static_epochs: int = 6              # as many passes as SFT; best epoch chosen on val
     # static: the coarse full view at the per-view budget (the paper's comparison);
     # static_total: one full view at (1 + max_zooms) x budget points, ARTIST's largest total budget
-    static_variants: list[str] = ["static", "static_total"]
+    # (reported, never gated; dropped from the small profile for the 8-minute budget after v2, whose
+    # run measured it: CLAIMS.md, History)
+    static_variants: list[str] = ["static"]
     gbm_max_iter: int = 200
     gbm_learning_rate: float = 0.1
 
@@ -104,11 +105,52 @@ class Evaluate(Section):
     seed: int = 99
 
 
-class Paper(Section):
-    """paper profile: Qwen3-4B and the six real benchmarks from user paths."""
+class Lm(Section):
+    """The language-model policy (``enabled``): one causal LM plays both roles in the paper's text
+    protocol (components/artist/lm.py), SFT then hierarchical RL through the shared GRPO path
+    (components/common/lm_rl.grpo_train) with LoRA (peft). Off in the small profile (the tiny toy
+    policy runs; CLAIMS.md has the measured reason), on in the paper profile (Qwen3-4B from
+    ``paper.model_path``). Without ``paper.enabled`` it builds a tiny Qwen3 (``Qwen3Config``) and a
+    word-level tokenizer here and trains it from scratch."""
     enabled: bool = False
-    model_path: str = ""
-    benchmark_root: str = ""            # holds ETI/, RCW/, ECG-QA/, Sleep-QA/, TSQA/, TRQA/
+    d_model: int = 64                   # tiny Qwen3 (no paper.model_path)
+    n_layers: int = 2
+    n_heads: int = 4
+    max_positions: int = 1024
+    value_scale: float = 2.0            # a view value z is written as round(value_scale * z) ...
+    value_clip: int = 12                # ... clipped to +-value_clip
+    sft_steps: int = 300
+    sft_batch: int = 16
+    sft_lr: float = 1e-3
+    sft_lora: bool = False              # the paper's SFT is LoRA (paper.model_path only; a tiny model
+                                        # built here trains in full)
+    gradient_checkpointing: bool = True # in LoRA SFT of a checkpoint (the official configs)
+    lora_rank: int = 8                  # the paper's LoRA: r = 8, alpha = 16, dropout 0.05
+    lora_alpha: float = 16.0
+    lora_dropout: float = 0.05
+    lora_targets: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    rl_lora: bool = True                # RL trains a LoRA (the paper: full parameters, on 4 x H100)
+    rl_lr: float = 1e-4
+    rl_block: int = 5                   # GRPO steps of one role before the other role's
+    micro_questions: int = 0            # questions per device batch in RL, the step accumulating
+                                        # rl.questions / micro_questions of them (0: all at once)
+    loss_type: str = "bnpo"             # TRL loss (the official config: bnpo)
+    controller_tokens: int = 160        # new tokens of a controller plan (all its rounds)
+    reasoner_tokens: int = 16           # new tokens of a reasoner answer
+    eval_batch: int = 32                # prompts generated together
+    val_questions: int = 0              # validation questions for the premise (0 = all)
+
+
+class Paper(Section):
+    """paper profile: Qwen3-4B and the six benchmarks from user paths (nothing is downloaded)."""
+    enabled: bool = False
+    model_path: str = ""                # a save_pretrained Qwen3 folder (weights + tokenizer)
+    benchmark_root: str = ""            # holds eti/, rcw/, ecg_qa/, sleep_qa/, tsqa/, trqa/ (benchmarks.py)
+    benchmarks: list[str] = ["ETI", "RCW", "ECG-QA", "Sleep-QA", "TSQA", "TRQA"]
+    max_train: int = 0                  # questions per benchmark and split (0 = all)
+    max_val: int = 0
+    max_test: int = 0
+    device: str = "auto"                # CUDA (bf16) when visible
 
 
 class ArtistConfig(MethodConfig):
@@ -121,6 +163,7 @@ class ArtistConfig(MethodConfig):
     rl: Rl = Rl()
     baselines: Baselines = Baselines()
     evaluate: Evaluate = Evaluate()
+    lm: Lm = Lm()
     paper: Paper = Paper()
 
     SMOKE: ClassVar[dict] = {
@@ -134,20 +177,36 @@ class ArtistConfig(MethodConfig):
         "evaluate": {"runs": 2},
     }
     PAPER: ClassVar[dict] = {
+        # the official RL configs (configs/rl_*.yaml): N = 6 reasoner rollouts, up to 5 rounds,
+        # controller T 1.0 / reasoner T 0.7, lr 1e-6, KL 0.002 (reasoner only), bnpo; 8 eval runs
         "paper": {"enabled": True},
-        "data": {"length": 4096},
+        "lm": {"enabled": True, "sft_lora": True, "sft_steps": 2000, "sft_batch": 8, "sft_lr": 1e-4,
+               "rl_lr": 1e-6, "rl_block": 10, "micro_questions": 1, "controller_tokens": 1024,
+               "reasoner_tokens": 512, "eval_batch": 16},
+        "views": {"budget": 128, "max_zooms": 5},
+        "rl": {"iterations": 400, "questions": 16, "controller_rollouts": 4, "reasoner_rollouts": 6,
+               "explore_anneal_fraction": 0.75},
+        "baselines": {"static_variants": ["static"]},
+        "evaluate": {"runs": 8},
     }
 
     def preflight(self) -> None:
         if not self.paper.enabled:
             return
-        for key, value in (("paper.model_path", self.paper.model_path),
-                           ("paper.benchmark_root", self.paper.benchmark_root)):
-            if not value or not Path(value).exists():
-                raise FileNotFoundError(
-                    f"artist paper profile: {key} = {value!r} does not exist; set {key} to a local "
-                    "path (Qwen3-4B weights; the six benchmarks ETI, RCW, ECG-QA, Sleep-QA, TSQA, "
-                    "TRQA). Nothing is downloaded at run time.")
-        raise NotImplementedError(
-            "artist paper profile: the Qwen3-4B controller-reasoner trainer is not implemented in "
-            "this repository; the same stage DAG runs the tiny policy on the embedded tasks")
+        from components.artist.benchmarks import BENCHMARKS, LAYOUT, check_root
+        from components.common.preflight import PreflightError, require_checkpoint, require_dir, require_tokenizer
+
+        if not self.lm.enabled:
+            raise ValueError("artist: paper.enabled needs lm.enabled = true (the paper profile never runs the "
+                             "tiny toy policy)")
+        layout = "a save_pretrained Qwen3 folder (config.json, model.safetensors, tokenizer.json)"
+        require_checkpoint("paper.model_path", self.paper.model_path, layout)
+        require_tokenizer("paper.model_path", self.paper.model_path, layout)
+        unknown = [b for b in self.paper.benchmarks if b not in BENCHMARKS]
+        if unknown or not self.paper.benchmarks:
+            raise ValueError(f"artist: paper.benchmarks = {self.paper.benchmarks!r} must name some of "
+                             f"{', '.join(BENCHMARKS)}")
+        require_dir("paper.benchmark_root", self.paper.benchmark_root, LAYOUT)
+        problem = check_root(self.paper.benchmark_root, list(self.paper.benchmarks))
+        if problem:
+            raise PreflightError("paper.benchmark_root", self.paper.benchmark_root, LAYOUT, problem)

@@ -55,6 +55,10 @@ def random_actions(matched: np.ndarray, n_actions: int, gen: torch.Generator) ->
 
 
 def evaluate_stage(cfg, ctx) -> None:
+    if cfg.lm.enabled:
+        from components.artist.lm_stages import lm_evaluate_stage
+
+        return lm_evaluate_stage(cfg, ctx)
     seed = ctx.item["seed"]
     seed_everything(seed)
     v, ev = cfg.views, cfg.evaluate
@@ -76,7 +80,7 @@ def evaluate_stage(cfg, ctx) -> None:
     policies = {}
     for name, stage in (("artist_sft", "sft"), ("artist_rl", "rl")):
         model = make_policy(cfg.model, v)
-        model.load_state_dict(load_torch(ctx.inputs[stage][str(seed)] / "policy.pt"))
+        model.load_state_dict(load_torch(ctx.inputs[stage] / "policy.pt"))   # this seed's item (item_deps)
         policies[name] = model.eval()
     oracle = oracle_actions(test, v.n_fine, v.max_zooms)
     for run in range(ev.runs):

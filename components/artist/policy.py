@@ -135,11 +135,17 @@ def oracle_actions(tasks: TaskSet, n_fine: int, max_zooms: int) -> torch.Tensor:
     one window for global evidence (any window shows it); none for series too short to zoom."""
     out = torch.full((len(tasks), max_zooms), -1, dtype=torch.long)
     for i, (ev, dec, n) in enumerate(zip(tasks.evidence, tasks.decoys, tasks.length)):
-        acts = candidate_actions(ev, dec, int(n), n_fine)[:max_zooms]
-        if not acts and any(e - s >= int(n) // 2 for s, e in ev) and int(n) > 4 * n_fine:
-            acts = [0]
+        acts = oracle_row(ev, dec, int(n), n_fine, max_zooms)
         out[i, :len(acts)] = torch.tensor(acts, dtype=torch.long)
     return out
+
+
+def oracle_row(evidence: list, decoys: list, length: int, n_fine: int, max_zooms: int) -> list[int]:
+    """The oracle's window ids for one series (see ``oracle_actions``)."""
+    acts = candidate_actions(evidence, decoys, length, n_fine)[:max_zooms]
+    if not acts and any(e - s >= length // 2 for s, e in evidence) and length > 4 * n_fine:
+        acts = [0]
+    return acts
 
 
 @torch.no_grad()

@@ -210,6 +210,10 @@ def generate_tasks_stage(cfg, ctx) -> None:
     from components.common.io import write_json_atomic, write_table
     from components.common.seeds import seed_everything
 
+    if cfg.paper.enabled:   # the paper's benchmarks from the user's folders instead
+        from components.artist.benchmarks import benchmark_tasks_stage
+
+        return benchmark_tasks_stage(cfg, ctx)
     d = cfg.data
     sizes = {"train": d.n_train, "val": d.n_val, "test": d.n_test}
     summary = {}

@@ -71,14 +71,20 @@ def coarse_localisation(tasks: TaskSet, views_cfg, bump_len: int) -> dict:
 
 
 def build_sft_traces_stage(cfg, ctx) -> None:
+    if cfg.paper.enabled:
+        return paper_traces(cfg, ctx)
     t = read_table(ctx.inputs["generate_tasks"] / "train.parquet").select(
         ["length", "evidence", "decoys", "family"]).to_pydict()
     v = cfg.views
     rng = np.random.default_rng(cfg.traces.seed)
     traces = [synthesise_trace(e, d, n, v.n_fine, v.max_zooms, cfg.traces.detour_prob, rng)
               for e, d, n in zip(t["evidence"], t["decoys"], t["length"])]
-    write_table(ctx.out_dir / "sft_traces.parquet", {"example": list(range(len(traces))), "actions": traces,
-                                                      "family": t["family"]})
+    columns = {"example": list(range(len(traces))), "actions": traces, "family": t["family"]}
+    if cfg.lm.enabled:   # the same traces as text-protocol windows for the LM policy
+        from components.artist.lm_stages import lm_trace_windows
+
+        columns["windows"] = lm_trace_windows(cfg, t, traces)
+    write_table(ctx.out_dir / "sft_traces.parquet", columns)
     val = load_tasks(ctx.inputs["generate_tasks"] / "val.parquet", v)
     premise = {"geometry_determined_share": geometry_determined_share(
         t["family"], t["evidence"], t["decoys"], t["length"], v.n_fine, v.n_quarters),
@@ -86,6 +92,20 @@ def build_sft_traces_stage(cfg, ctx) -> None:
     write_json_atomic(ctx.out_dir / "premise.json", premise)
     ctx.write_metrics({"n_traces": len(traces), "mean_zooms": float(np.mean([len(a) for a in traces])),
                        **premise})
+
+
+def paper_traces(cfg, ctx) -> None:
+    """The paper's SFT traces: the zoom calls of each training question's curated conversation
+    (``cot_in_format``); a question without one is answered after the overview alone."""
+    from components.artist.lm_stages import lm_trace_windows
+
+    t = read_table(ctx.inputs["generate_tasks"] / "train.parquet").select(["family", "cot_windows"]).to_pydict()
+    windows = lm_trace_windows(cfg, t, None)
+    write_table(ctx.out_dir / "sft_traces.parquet", {"example": list(range(len(windows))), "windows": windows,
+                                                      "family": t["family"]})
+    write_json_atomic(ctx.out_dir / "premise.json", {})
+    ctx.write_metrics({"n_traces": len(windows), "mean_zooms": float(np.mean([len(w) for w in windows])),
+                       "share_with_zooms": float(np.mean([len(w) > 0 for w in windows]))})
 
 
 # ---------------------------------------------------------------- SFT
@@ -104,6 +124,10 @@ def trace_rows(traces: list[list[int]], n_actions: int, max_zooms: int, final_w:
 
 
 def sft_stage(cfg, ctx) -> None:
+    if cfg.lm.enabled:
+        from components.artist.lm_stages import lm_sft_stage
+
+        return lm_sft_stage(cfg, ctx)
     seed = ctx.item["seed"]
     seed_everything(seed)
     tasks = load_tasks(ctx.inputs["generate_tasks"] / "train.parquet", cfg.views)
@@ -222,13 +246,17 @@ def rl_step(model, ref, tasks: TaskSet, rl, views, step: int, rng: np.random.Gen
 
 
 def rl_stage(cfg, ctx) -> None:
+    if cfg.lm.enabled:
+        from components.artist.lm_stages import lm_rl_stage
+
+        return lm_rl_stage(cfg, ctx)
     seed = ctx.item["seed"]
     seed_everything(seed)
     rng = np.random.default_rng(seed)
     gen = torch.Generator().manual_seed(seed)
     tasks = load_tasks(ctx.inputs["generate_tasks"] / "train.parquet", cfg.views)
     model = make_policy(cfg.model, cfg.views)
-    model.load_state_dict(load_torch(ctx.inputs["sft"][str(seed)] / "policy.pt"))
+    model.load_state_dict(load_torch(ctx.inputs["sft"] / "policy.pt"))   # this seed's item (item_deps)
     ref = copy.deepcopy(model).eval()
     for p in ref.parameters():
         p.requires_grad_(False)
@@ -279,6 +307,9 @@ def greedy_accuracy(model, tasks: TaskSet) -> float:
 
 
 def train_static_stage(cfg, ctx) -> None:
+    if cfg.lm.enabled:   # the LM's baselines are other models in the paper; its overview-only
+        ctx.write_metrics({"skipped_for_lm_policy": 1.0})   # reasoner is scored in evaluate
+        return
     variant, seed = ctx.item["variant"], ctx.item["seed"]
     seed_everything(seed)
     budget = static_budget(variant, cfg.views)
