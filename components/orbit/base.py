@@ -19,7 +19,6 @@ from components.common.tiny_models import build_tiny
 from components.common.train import fit
 from components.orbit.lm_policy import LMPolicy, build_tokenizer
 from components.orbit.ontology import FILLERS, PHRASE_IDS
-from components.orbit.heap import keep_freed_memory
 
 GENERIC_DECENT = ("empathy", "self_care", "see_clinician", "safety_net")
 SFT_GROUP = 8   # replies per prompt in a batch
@@ -95,7 +94,6 @@ def train_base_stage(cfg, ctx) -> None:
     if cfg.paper.enabled:
         return paper_base_stage(cfg, ctx)
     torch.set_num_threads(1)
-    keep_freed_memory()        # glibc keeps freed tensors' pages: same numbers, fewer page faults
     seed_everything(p.seed)
     cases = read_table(ctx.inputs["build_cases"] / "cases.parquet").to_pylist()
     prompts = [json.loads(c["prompt"]) for c in cases if c["split"] == "train"]

@@ -18,7 +18,6 @@ from components.orbit.healthbench import (OpenAIJudge, RuleJudge, aggregate, coh
                                           grade_example)
 from components.orbit.ontology import PHRASES, split_statements
 from components.orbit.lm_policy import load_lm_policy, rollouts
-from components.orbit.heap import keep_freed_memory
 
 
 def make_judge(e):
@@ -73,7 +72,6 @@ def evaluate_stage(cfg, ctx) -> None:
     """Held-out test scores, and validation scores (premise checks only: P1, P2)."""
     e = cfg.evaluate
     torch.set_num_threads(1)
-    keep_freed_memory()        # glibc keeps freed tensors' pages: same numbers, fewer page faults
     cases = read_table(ctx.inputs["build_cases"] / "cases.parquet").to_pylist()
     judge = make_judge(e)
     pols = policies(ctx)
@@ -120,7 +118,6 @@ def judge_agreement_stage(cfg, ctx) -> None:
 
     a = cfg.agreement
     torch.set_num_threads(1)
-    keep_freed_memory()        # glibc keeps freed tensors' pages: same numbers, fewer page faults
     embed = Embedder()
     # The MiniLM judge (healthbench.MiniLMJudge), vectorised: an item is met when its criterion
     # and some statement of the reply have cosine >= threshold.

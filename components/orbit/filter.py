@@ -14,13 +14,11 @@ from components.common.io import read_table, write_table
 from components.orbit.grpo import Case, item_judge, success_matrix
 from components.orbit.healthbench import reward_score
 from components.orbit.lm_policy import load_lm_policy, rollouts
-from components.orbit.heap import keep_freed_memory
 
 
 def difficulty_filter_stage(cfg, ctx) -> None:
     f = cfg.filter
     torch.set_num_threads(1)
-    keep_freed_memory()        # glibc keeps freed tensors' pages: same numbers, fewer page faults
     policy = load_lm_policy(ctx.inputs["train_base"] / "policy")
     cases = {c["prompt_id"]: c for c in read_table(ctx.inputs["build_cases"] / "cases.parquet").to_pylist()}
     rubrics = read_table(ctx.inputs["generate_rubrics"] / "rubrics.parquet").to_pylist()

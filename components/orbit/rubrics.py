@@ -18,7 +18,6 @@ from typing import Callable, Protocol
 import numpy as np
 
 from components.orbit.ontology import AXES, DURATIONS, PHRASES, item, user_text
-from components.orbit.heap import keep_freed_memory
 
 MAX_ITEMS = 20
 PREDICATE_KEYS = {"any", "all", "none", "pairs", "count", "min_n", "max_n"}
@@ -297,7 +296,6 @@ def generate_rubrics_stage(cfg, ctx) -> None:
     from components.orbit.ontology import generic_rubric, reference_rubric
 
     torch.set_num_threads(1)
-    keep_freed_memory()        # glibc keeps freed tensors' pages: same numbers, fewer page faults
     r = cfg.rubrics
     cases = read_table(ctx.inputs["build_cases"] / "cases.parquet").to_pylist()
     train = [c for c in cases if c["split"] == "train"]

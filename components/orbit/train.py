@@ -25,7 +25,6 @@ from components.common.lm_rl import grpo_train
 from components.common.seeds import seed_everything
 from components.orbit.grpo import Case, RewardSettings, RubricReward, item_judge
 from components.orbit.lm_policy import load_lm_policy
-from components.orbit.heap import keep_freed_memory
 
 VARIANTS = {"orbit_review": "stochastic_review", "orbit_admission": "curriculum_admission",
             "orbit_all": "none", "generic": "none"}
@@ -53,7 +52,6 @@ def grpo_train_stage(cfg, ctx) -> None:
     g = cfg.grpo
     variant, seed = ctx.item["variant"], int(ctx.item["seed"])
     torch.set_num_threads(1)
-    keep_freed_memory()        # glibc keeps freed tensors' pages: same numbers, fewer page faults
     seed_everything(seed)
     policy = load_lm_policy(ctx.inputs["train_base"] / "policy", dtype=g.train_dtype)
     cases = read_table(ctx.inputs["build_cases"] / "cases.parquet").to_pylist()

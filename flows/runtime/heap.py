@@ -1,6 +1,7 @@
 """Keep freed memory in the process (glibc): a CPU speed-up that changes no number.
 
-A small-profile step allocates and frees the same few-megabyte tensors hundreds of times
+``execute.run_stage`` calls it before every stage instance, under every executor. A training
+step (first measured on orbit's GRPO) allocates and frees the same few-megabyte tensors hundreds of times
 (rollouts, forward, backward, AdamW). With glibc's default thresholds those blocks are
 ``mmap``-ed and unmapped or trimmed from the heap top again and again, and every reuse
 faults its pages back in, zero-filled by the kernel: a 250-step GRPO instance took ~140k

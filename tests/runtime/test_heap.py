@@ -1,5 +1,6 @@
-"""keep_freed_memory: the small profile's training steps stop faulting freed memory back in,
-and what they compute does not change (regression test for the 10-minute committed run)."""
+"""keep_freed_memory (set by run_stage for every stage instance): training steps stop faulting
+freed memory back in, and what they compute does not change (regression test for orbit's
+10-minute committed run, whose GRPO steps spent ~30 % of their wall time in page faults)."""
 import json
 import subprocess
 import sys
@@ -10,7 +11,7 @@ PROBE = r"""
 import json, resource, sys
 import torch
 from components.common.tiny_models import build_tiny
-from components.orbit.heap import keep_freed_memory
+from flows.runtime.heap import keep_freed_memory
 
 torch.set_num_threads(1)
 kept = keep_freed_memory() if sys.argv[1] == "keep" else None
@@ -50,3 +51,24 @@ def test_keep_freed_memory_cuts_page_faults_and_changes_no_number():
     # the default thresholds fault the step's tensors back in on every step (~700 pages per
     # step here, ~4x fewer kept; a 60-step GRPO probe of the small profile: 564k -> 41k)
     assert kept["faults"] * 2 < default["faults"], (kept["faults"], default["faults"])
+
+
+def test_run_stage_keeps_freed_memory_before_the_stage_runs(monkeypatch, tmp_path):
+    """Every executor runs instances through run_stage, so the setting reaches every stage."""
+    from flows.runtime import execute
+
+    calls = []
+    monkeypatch.setattr(execute, "keep_freed_memory", lambda: calls.append("kept"))
+
+    class Stop(Exception):
+        pass
+
+    def stop(*_a, **_k):
+        raise Stop
+
+    monkeypatch.setattr(execute.pipeline, "read_params", lambda project, method: {})
+    monkeypatch.setattr(execute.pipeline, "config_from_params", lambda method, params: None)
+    monkeypatch.setattr(execute, "cpu_threads", stop)   # the stage body starts right after
+    with pytest.raises(Stop):
+        execute.run_stage(execute.Project(tmp_path), "orbit", "build_cases")
+    assert calls == ["kept"]
