@@ -79,6 +79,7 @@ class Train(Section):
     load_balance_coef: float = 0.01
     z_loss_coef: float = 1e-3
     param_match_tolerance: float = 0.05
+    common_init: bool = True        # the arms of a seed share the plain MoE's initial weights
     threads: int = 1                # torch threads per run; runs are fanned out in parallel
     device: str = "cpu"             # "auto": CUDA when visible (paper), else CPU
     precision: str = "auto"         # auto: bf16 autocast on a bf16 GPU, fp32 otherwise
