@@ -4,9 +4,9 @@
         --variants moe moe_shared --set train.steps=800 --set train.batch_size=32
 
 trains each (variant, seed) exactly as the train stage does (same init, data order and loop),
-scores the validation sets with evaluate's windows (``eval.max_tokens``) and with the whole
-sets, and appends one JSON line per run: the settings, the validation curve, the final losses,
-and the per-window losses of the whole sets (for a paired bootstrap of the evaluation noise).
+scores the validation sets on v2's 40k-token prefixes and on the whole sets, and appends one
+JSON line per run: the settings, the validation curve, the final losses, and the per-window
+losses of the whole sets (for a paired bootstrap of the evaluation noise).
 ``summarise OUT.jsonl`` prints the paired gains per tag. CLAIMS.md records what was tried.
 """
 from __future__ import annotations
@@ -28,6 +28,7 @@ from components.dagmoe.model import init_model, training_loss
 from components.dagmoe.train import CURVE_BATCH, eval_windows, random_windows
 
 SPLITS = ("val_id", "val_ood")
+PREFIX_TOKENS = 40_000  # "_eval" losses: the prefix v2's evaluate scored; "_full": the whole sets
 
 
 def override(cfg: DagmoeConfig, assignments: list[str]) -> DagmoeConfig:
@@ -76,7 +77,7 @@ def run_one(cfg: DagmoeConfig, corpus: Path, variant: str, seed: int) -> dict:
                   eval_every=t.curve_every)
     seconds = time.perf_counter() - start
     losses = {s: window_losses(model, w) for s, w in full.items()}
-    n_eval = cfg.eval.max_tokens // m.context
+    n_eval = PREFIX_TOKENS // m.context
     return {"variant": variant, "seed": seed, "seconds": seconds,
             "curve": [(r["step"], r["val_id"]) for r in records if "val_id" in r],
             "train_loss": [(r["step"], r["train/loss"]) for r in records],
