@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from components.common.seeds import seed_everything
 from components.common.transformer import Decoder, DecoderShape, count_parameters, lm_loss
 from components.dagmoe.moe import (DagAggregation, MoELayer, MoEShape, SumAggregation,
                                    matched_shared_width)
@@ -43,6 +44,28 @@ def build_model(variant: str, m, vocab_size: int) -> Decoder:
     # so the three models share one block and differ only in the aggregation.
     return Decoder(shape, lambda _: MoELayer(moe_shape(m), make_aggregation(variant, m)),
                    ffn_residual=False)
+
+
+def init_model(variant: str, m, vocab_size: int, seed: int, common_init: bool = True) -> Decoder:
+    """The model a training run of ``variant`` starts from with ``seed``.
+
+    With ``common_init`` (common random numbers across the arms of a seed), every parameter the
+    variant shares with the plain MoE -- embeddings, attention, norms, routers, experts -- takes
+    the value the plain MoE gets with this seed, so the arms of one seed start from the same
+    network and differ only in what the variant adds (the shared expert, the DAG rounds, drawn
+    from the variant's own seeded stream). DAG-MoE then starts as exactly the plain MoE of its
+    seed. Without it each variant draws all its parameters from its own stream (the first
+    versions did this; the arms of a seed then share only the data order)."""
+    seed_everything(seed)
+    model = build_model(variant, m, vocab_size)
+    if common_init and variant != "moe":
+        seed_everything(seed)
+        common = build_model("moe", m, vocab_size).state_dict()
+        result = model.load_state_dict(common, strict=False)
+        if result.unexpected_keys:
+            raise ValueError(f"{variant} lacks plain-MoE parameters {result.unexpected_keys}")
+        seed_everything(seed)  # the run's other draws do not depend on how it was initialised
+    return model
 
 
 def moe_layers(model: nn.Module) -> list[MoELayer]:

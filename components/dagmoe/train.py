@@ -22,10 +22,9 @@ import torch
 
 from components.common.devices import resolve_device, resolve_dtype
 from components.common.io import read_json, save_torch, write_json_atomic
-from components.common.seeds import seed_everything
 from components.common.train import fit
 from components.dagmoe.corpus import eval_sets, load_tokens
-from components.dagmoe.model import build_model, check_parameter_match, mean_loss, training_loss
+from components.dagmoe.model import check_parameter_match, init_model, mean_loss, training_loss
 
 CURVE_BATCH = 64  # windows per forward pass of the validation curve (speed only)
 DDP_TIMEOUT = timedelta(minutes=30)
@@ -84,14 +83,17 @@ def train_stage(cfg, ctx) -> None:
 
 def run_data_parallel(cfg, ctx, world: int) -> None:
     """Rank 0 runs here (it owns ``ctx``); ranks 1.. run as child interpreters started with
-    ``subprocess`` (stage workers may be daemonic processes, which multiprocessing forbids to
-    have children). All meet through a rendezvous file in a fresh temp folder (no port to pick)."""
+    ``subprocess`` (they die with this process: ``PR_SET_PDEATHSIG`` on Linux). All meet through
+    a rendezvous file in a fresh temp folder (no port to pick); before it, rank 0 waits until
+    every child is up, so a child that dies early fails the stage at once instead of leaving
+    rank 0 at the rendezvous until its timeout."""
     corpus = Path(ctx.inputs["build_corpus"])
     with tempfile.TemporaryDirectory(prefix="dagmoe-ddp-") as tmp:
         rendezvous = str(Path(tmp) / "init")
         children = [_start_replica(cfg, corpus, ctx.item, r, world, rendezvous, Path(tmp))
                     for r in range(1, world)]
         try:
+            await_replicas(children, Path(tmp))
             train_replica(cfg, corpus, ctx.item, ctx, rank=0, world=world, rendezvous=rendezvous)
         except BaseException:
             for child in children:
@@ -104,17 +106,51 @@ def run_data_parallel(cfg, ctx, world: int) -> None:
         raise RuntimeError(f"train: data-parallel replicas failed (rank: exit code) {failed}")
 
 
+def ready_file(tmp: Path, rank: int) -> Path:
+    return tmp / f"ready{rank}"
+
+
+def await_replicas(children: list[subprocess.Popen], tmp: Path, poll_s: float = 0.2,
+                   timeout_s: float = DDP_TIMEOUT.total_seconds()) -> None:
+    """Wait until every child replica has written its ready file (it is about to join the
+    rendezvous); raise as soon as one exits before that, naming its rank and exit code."""
+    deadline = time.monotonic() + timeout_s
+    waiting = dict(enumerate(children, start=1))
+    while waiting:
+        for rank, child in list(waiting.items()):
+            if ready_file(tmp, rank).exists():
+                del waiting[rank]
+            elif child.poll() is not None:
+                raise RuntimeError(f"train: data-parallel replica {rank} exited with code "
+                                   f"{child.returncode} before the rendezvous")
+        if waiting and time.monotonic() > deadline:
+            raise TimeoutError(f"train: replicas {sorted(waiting)} did not start in {timeout_s:.0f} s")
+        if waiting:
+            time.sleep(poll_s)
+
+
+def _die_with_parent() -> None:
+    """preexec_fn of a replica: the kernel kills it when the process that started it dies
+    (Linux prctl PR_SET_PDEATHSIG = SIGKILL); elsewhere a no-op."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))
+
+
 def _start_replica(cfg, corpus: Path, item: dict, rank: int, world: int, rendezvous: str,
                    tmp: Path) -> subprocess.Popen:
     spec = tmp / f"replica{rank}.json"
     sections = {name: getattr(cfg, name).model_dump(mode="json") for name in REPLICA_SECTIONS}
     write_json_atomic(spec, {"config": sections, "corpus": str(corpus),
                              "item": dict(item), "rank": rank, "world": world,
-                             "rendezvous": rendezvous})
+                             "rendezvous": rendezvous, "ready": str(ready_file(tmp, rank))})
     package_root = str(Path(__file__).resolve().parents[2])  # the folder holding components/
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)}
-    return subprocess.Popen([sys.executable, "-m", "components.dagmoe.train", str(spec)], env=env)
+    return subprocess.Popen([sys.executable, "-m", "components.dagmoe.train", str(spec)], env=env,
+                            preexec_fn=_die_with_parent)
 
 
 def replica_main(spec_path: str) -> None:
@@ -127,7 +163,7 @@ def replica_main(spec_path: str) -> None:
     cfg = SimpleNamespace(model=Model.model_validate(spec["config"]["model"]),
                           train=Train.model_validate(spec["config"]["train"]))
     train_replica(cfg, Path(spec["corpus"]), spec["item"], None, rank=spec["rank"],
-                  world=spec["world"], rendezvous=spec["rendezvous"])
+                  world=spec["world"], rendezvous=spec["rendezvous"], ready=Path(spec["ready"]))
 
 
 def replica_device(requested: str, rank: int, world: int) -> torch.device:
@@ -141,8 +177,9 @@ def replica_device(requested: str, rank: int, world: int) -> torch.device:
 
 
 def train_replica(cfg, corpus, item: dict, ctx, rank: int = 0, world: int = 1,
-                  rendezvous: str | None = None) -> None:
-    """One training run, or replica ``rank`` of ``world`` (DDP); only rank 0 gets ``ctx``."""
+                  rendezvous: str | None = None, ready: Path | None = None) -> None:
+    """One training run, or replica ``rank`` of ``world`` (DDP); only rank 0 gets ``ctx``.
+    A child replica touches ``ready`` just before it joins the rendezvous."""
     t = cfg.train
     variant, seed = item["variant"], int(item["seed"])
     torch.set_num_threads(t.threads)  # fan-out instances share the cores
@@ -150,6 +187,8 @@ def train_replica(cfg, corpus, item: dict, ctx, rank: int = 0, world: int = 1,
     if world > 1:
         import torch.distributed as dist
 
+        if ready is not None:
+            ready.touch()  # rank 0 waits for this before it joins the rendezvous
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank,
                                 world_size=world, init_method=f"file://{rendezvous}",
                                 timeout=DDP_TIMEOUT)
@@ -176,8 +215,7 @@ def _train(cfg, corpus: Path, variant: str, seed: int, ctx, device: torch.device
     vocab_size = _vocab_size(corpus)
     match = check_parameter_match(m, vocab_size, t.param_match_tolerance)
 
-    seed_everything(seed)
-    model = build_model(variant, m, vocab_size).to(device)
+    model = init_model(variant, m, vocab_size, seed, t.common_init).to(device)
     trained = model
     if world > 1:
         from torch.nn.parallel import DistributedDataParallel

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from components.common.train import fit
 from components.common.transformer import count_parameters
 from components.dagmoe.config import DagmoeConfig, Model
-from components.dagmoe.model import build_model, check_parameter_match, training_loss
+from components.dagmoe.model import build_model, check_parameter_match, init_model, training_loss
 from components.dagmoe.moe import (DagAggregation, DagRound, Experts, MoELayer, MoEShape,
                                    SumAggregation, dag_parameter_count, load_balance_loss,
                                    matched_shared_width)
@@ -227,3 +227,39 @@ def test_dag_moe_residual_stream_does_not_grow_at_init():
 
     assert stream_rms(dag) == pytest.approx(stream_rms(plain), rel=1e-4)
     assert max(stream_rms(dag)) < 0.2
+
+
+# ---------------------------------------------------------------------------- common random numbers
+def test_arms_of_a_seed_start_from_the_same_network():
+    """Common random numbers: with common_init every parameter an arm shares with the plain MoE
+    has the plain MoE's value for that seed (the first versions drew each arm's whole network
+    from its own stream, so the arms of a seed shared only the data order), so DAG-MoE starts as
+    exactly the plain MoE of its seed and the shared-expert arm differs by its expert alone."""
+    cfg = DagmoeConfig().model.model_copy(update={"n_layers": 3, "context": 16})
+    idx = torch.randint(0, 50, (2, 16), generator=torch.Generator().manual_seed(0))
+    plain = init_model("moe", cfg, 50, seed=7).eval()
+    common = plain.state_dict()
+    for variant in ("moe_shared", "dag_moe"):
+        model = init_model(variant, cfg, 50, seed=7).eval()
+        own = [k for k in model.state_dict() if k not in common]
+        assert own and all(".aggregation." in k for k in own)
+        for key, value in common.items():
+            assert torch.equal(model.state_dict()[key], value), (variant, key)
+    # equal up to float rounding (the DAG adds h/K K times instead of h once)
+    torch.testing.assert_close(init_model("dag_moe", cfg, 50, seed=7).eval()(idx), plain(idx),
+                               rtol=0, atol=1e-5)
+    # the arm-specific part is drawn too (a live shared expert), and seeds still differ
+    shared = init_model("moe_shared", cfg, 50, seed=7)
+    assert shared.blocks[0].ffn.aggregation.shared.up.weight.abs().sum() > 0
+    assert not torch.equal(init_model("moe", cfg, 50, seed=8).tok_emb.weight, plain.tok_emb.weight)
+
+
+def test_without_common_init_each_arm_draws_its_own_network():
+    cfg = tiny_model_config(n_layers=2)
+    torch.manual_seed(123)
+    separate = init_model("moe_shared", cfg, 20, seed=3, common_init=False)
+    torch.manual_seed(3)
+    assert all(torch.equal(a, b) for a, b in
+               zip(separate.state_dict().values(), build_model("moe_shared", cfg, 20).state_dict().values()))
+    plain = init_model("moe", cfg, 20, seed=3)
+    assert not torch.equal(separate.blocks[1].attn.qkv.weight, plain.blocks[1].attn.qkv.weight)

@@ -203,3 +203,49 @@ def test_two_data_parallel_replicas_train_the_model_one_process_trains(tmp_path,
         assert read_json(ctx.out_dir / "summary.json")["world_size"] == world
         losses[world] = mean_loss(load_trained(ctx.out_dir)[0], windows, 8)
     assert losses[2] == pytest.approx(losses[1], abs=1e-4)
+
+
+def test_a_replica_that_dies_before_the_rendezvous_fails_the_run_at_once(tmp_path, corpus_dir,
+                                                                          monkeypatch):
+    """Regression: rank 0 used to join the rendezvous whatever its children did, so a child that
+    died on start-up left it waiting for the 30-minute DDP timeout. Now it waits for each
+    child's ready file and raises when a child exits first."""
+    import subprocess
+    import sys
+    import time
+    from datetime import timedelta
+
+    from components.dagmoe import train as train_module
+
+    def broken_replica(cfg, corpus, item, rank, world, rendezvous, tmp):
+        return subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+
+    monkeypatch.setattr(train_module, "_start_replica", broken_replica)
+    monkeypatch.setattr(train_module, "DDP_TIMEOUT", timedelta(seconds=5))  # old code: fail, not hang
+    cfg = DagmoeConfig.for_profile("smoke", {**TINY, "train": {**TINY["train"], "world_size": 2}})
+    ctx = LocalContext(out_dir=tmp_path / "w2", inputs={"build_corpus": corpus_dir},
+                       item={"variant": "moe", "seed": 0})
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="replica 1 exited with code 3 before the rendezvous"):
+        train_stage(cfg, ctx)
+    assert time.monotonic() - start < 30
+
+
+def test_await_replicas_returns_once_every_child_is_ready(tmp_path):
+    import subprocess
+    import sys
+
+    from components.dagmoe.train import await_replicas, ready_file
+
+    children = [subprocess.Popen([sys.executable, "-c",
+                                  f"import pathlib, time; pathlib.Path({str(ready_file(tmp_path, r))!r}).touch(); time.sleep(0.5)"])
+                for r in (1, 2)]
+    await_replicas(children, tmp_path, poll_s=0.05, timeout_s=20)
+    assert all(child.wait() == 0 for child in children)
+    slow = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        with pytest.raises(TimeoutError, match="did not start"):
+            await_replicas([slow], tmp_path / "none", poll_s=0.05, timeout_s=0.3)
+    finally:
+        slow.kill()
+        slow.wait()
