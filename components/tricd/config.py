@@ -25,7 +25,7 @@ class Bench(Section):
     bias: float = 0.35
     biased_types: list[str] = ["temporal", "camera", "action", "event"]
     adversarial_rate: float = 0.67     # share of MC items whose option C is "none"/"all"
-    seed: int = 2026
+    seed: int = 2027                   # v3: fresh splits (v2 used 2026, also the dev pretrain seed)
 
 
 class Backbone(Section):
@@ -45,8 +45,9 @@ class Backbone(Section):
     warmup: int = 100
     caption_batch: int = 32            # grounding / captioning videos per step
     caption_weight: float = 0.0        # captioning (v1) off: it doubled the step time (dev runs e, f)
-    yn_first: float = 0.0              # share of the steps that train on yes/no items only (curriculum)
-    seed: int = 0                      # one frozen backbone; criteria seeds vary the policy
+    yn_first: float = 0.6              # share of the steps on yes/no items only (curriculum; CLAIMS
+                                       # "Calibration v3": 43.3 vs 41.0 val iso on dev)
+    seed: int = 1                      # one frozen backbone (v3: fresh); criteria seeds vary the policy
 
 
 class Saliency(Section):
@@ -73,8 +74,8 @@ class Policy(Section):
     weight_decay: float = 1e-4
     grad_clip: float = 1.0
     baseline_momentum: float = 0.95
-    entropy_coef: float = 0.05         # entropy bonus on the tool decisions (not in the official
-                                       # code; the small run's router collapsed without it)
+    entropy_coef: float = 0.0          # entropy bonus on the tool decisions (not in the official code);
+                                       # v3 calibration on dev val: 0, 0.05, 0.5 all collapse -> 0
     max_epochs: int = 8
     min_epochs: int = 2
     patience: int = 2
@@ -117,7 +118,7 @@ class Paper(Section):
 
 
 class TricdConfig(MethodConfig):
-    seeds: list[int] = [0, 1, 2]
+    seeds: list[int] = [3, 4, 5]       # v3 policy seeds (fresh; v1/v2 used 0, 1, 2)
     bench: Bench = Bench()
     backbone: Backbone = Backbone()
     saliency: Saliency = Saliency()

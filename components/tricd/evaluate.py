@@ -100,6 +100,7 @@ def evaluate_stage(cfg, ctx) -> None:
         **{f"p_{t}": probs[:, i].tolist() for i, t in enumerate(TOOL_NAMES)}})
     router = {"freq": {t: float(f) for t, f in zip(TOOL_NAMES, masks.mean(0))},
               "n_tools_mean": float(masks.sum(1).mean()), "zero_tool_share": float((~masks.any(1)).mean()),
+              "all_tools_share": float(masks.all(1).mean()),
               "beta_mean": float(beta.mean()), "val_selection_rate": rate,
               "temporal_tool_rate_temporal": temporal_tool_rate(test.qa, masks, "temporal"),
               "temporal_tool_rate_attribute": temporal_tool_rate(test.qa, masks, "attribute"),
