@@ -9,6 +9,8 @@ classes consistent with what it saw. Its accuracy is sum over evidence E of max_
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from components.anompi.config import CLASSES
@@ -44,9 +46,15 @@ def hit_probabilities(T: int, frames, actor_len, event_len) -> dict[str, float]:
     actor = (cg[a + L] - cg[a]) > 0
     single = (cg[e + w] - cg[e]) > 0
     both = (cp[e + w] - cp[np.minimum(e + 1, T)]) > 0  # t-1 and t inside [e, e+w)
-    return {"actor": float(p @ actor), "single": float(p @ single), "pair": float(p @ both),
-            "actor_no_single": float(p @ (actor & ~single)),
-            "actor_no_pair": float(p @ (actor & ~both))}
+    return {"actor": _mass(p, actor), "single": _mass(p, single), "pair": _mass(p, both),
+            "actor_no_single": _mass(p, actor & ~single), "actor_no_pair": _mass(p, actor & ~both)}
+
+
+def _mass(p: np.ndarray, event: np.ndarray) -> float:
+    """P(event), summed exactly (``math.fsum``): the same float on every machine. A BLAS dot
+    product (``p @ event``, used up to v2) rounds differently with the BLAS build and its thread
+    count, which moved the committed bounds in their last digits when the venv was rebuilt."""
+    return math.fsum(p[event])
 
 
 def passive_bound(T: int, frames, actor_len, event_len, distractor_rate: float) -> dict[str, float]:

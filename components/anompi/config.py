@@ -120,6 +120,7 @@ class Paper(Section):
     sft_lr: float = 1e-4
     dpo_lr: float = 5e-6
     dpo_batch: int = 8             # pairs per optimizer step
+    dpo_micro_batch: int = 1       # pairs per forward/backward (gradients accumulate to dpo_batch)
     thought_tokens: int = 48       # free-text thought before each operator (0 = none)
     score_batch: int = 8           # candidate strings scored per forward
 
@@ -178,6 +179,29 @@ class AnompiConfig(MethodConfig):
         if p.dataset not in LAYOUTS:
             raise PreflightError("paper.dataset", p.dataset, " or ".join(LAYOUTS), "is not a known data set")
         require_dir("paper.dataset_root", p.dataset_root, LAYOUTS[p.dataset], DATASET_PATTERNS[p.dataset])
+        check_video_lists(p.dataset, p.dataset_root)
+
+
+def check_video_lists(dataset: str, root: str) -> None:
+    """Every listed video resolves (a file or a frame folder), both splits are non-empty, and
+    video files have their decoder (PyAV, the paper extra) installed."""
+    import importlib.util
+    from pathlib import Path
+
+    from components.anompi.vau_data import LAYOUTS, VideoDataError, list_videos
+    from components.common.preflight import PreflightError
+
+    try:
+        lists = list_videos(dataset, root)
+    except VideoDataError as err:
+        raise PreflightError("paper.dataset_root", root, LAYOUTS[dataset], f"does not match it ({err})") from None
+    for split, rows in lists.items():
+        if not rows:
+            raise PreflightError("paper.dataset_root", root, LAYOUTS[dataset], f"lists no {split} video")
+    files = any(Path(r["path"]).is_file() for rows in lists.values() for r in rows)
+    if files and importlib.util.find_spec("av") is None:
+        raise PreflightError("paper.dataset_root", root, LAYOUTS[dataset] + ", with PyAV installed (pip install av)",
+                             "holds video files but PyAV, their decoder, is not installed")
 
 
 VIDEO_LLM_TYPES = ("qwen2_vl", "qwen2_5_vl")

@@ -11,14 +11,13 @@ fit a disk), and the passive baseline is the warm-started LLM answering from k u
 """
 from __future__ import annotations
 
-import copy
 import math
+from collections import OrderedDict
 
 import numpy as np
 import torch
 
 from components.anompi.env import ActiveEnv, action_names, uniform_frames
-from components.anompi.policy import dpo_loss
 from components.anompi.vau_data import (cap, classes_of, decode_frames, frame_saliency, list_videos,
                                         split_train_val)
 from components.anompi.vlm import Record, VideoLLM, run_episode, trajectory_logps
@@ -66,16 +65,23 @@ def make_paper_env(pdir, policy_cfg, split: str) -> ActiveEnv:
 
 
 class Patches:
-    """Vision patches per video, computed on first use (the processor is the checkpoint's)."""
+    """Vision patches per video, computed on first use (the processor is the checkpoint's).
+    Only the ``keep`` most recently used videos stay in memory: at paper scale one video's
+    patches (128 frames at 224 x 224) take about 150 MB."""
 
-    def __init__(self, llm: VideoLLM, pdir, split: str):
-        self.llm, self.folder, self.memo = llm, pdir / "frames" / split, {}
+    def __init__(self, llm: VideoLLM, pdir, split: str, keep: int = 16):
+        self.llm, self.folder, self.keep = llm, pdir / "frames" / split, keep
+        self.memo: OrderedDict[int, torch.Tensor] = OrderedDict()
         self.grid = None
 
     def __call__(self, vid: int) -> torch.Tensor:
-        if vid not in self.memo:
+        if vid in self.memo:
+            self.memo.move_to_end(vid)
+        else:
             frames = np.load(self.folder / f"{vid}.npy")
             self.memo[vid], self.grid = self.llm.patches(frames)
+            while len(self.memo) > self.keep:
+                self.memo.popitem(last=False)
         return self.memo[vid]
 
 
@@ -259,40 +265,26 @@ def rollout(cfg, ctx) -> None:
 
 
 def idpo_round(llm, ro: dict, pairs, patches: Patches, T: int, cfg, rng, prefix: str) -> dict:
-    """Multi-turn DPO on trajectory pairs: the reference is the policy before this round; the
-    loss is the small profile's ``dpo_loss`` on assistant-token log-probs (observations masked)."""
-    if not pairs:
-        return {f"{prefix}/n_pairs": 0}
+    """Multi-turn DPO on trajectory pairs through the shared path
+    (``components.common.multiturn_dpo.train_pairs``): a trajectory's log-prob sums its
+    assistant tokens only (thoughts, operators, answer; prompt, frame indices and image tokens
+    masked); the reference is the policy before this round, evaluated once before the update."""
+    from components.common.multiturn_dpo import train_pairs
+
     records = records_of(ro)
     vids = [int(v) for v in ro["video"]]
-    ref = copy.deepcopy(llm.model).eval()
-    ref_llm = copy.copy(llm)
-    ref_llm.model = ref
 
-    def logps(model_llm, rows):
-        return trajectory_logps(model_llm, [records[r] for r in rows], T, [patches(vids[r]) for r in rows],
-                                patches.grid)
+    def logps(rows):
+        return trajectory_logps(llm, [records[r] for r in rows], T, [patches(vids[r]) for r in rows], patches.grid)
 
-    w = [int(p[0]) for p in pairs]
-    l_ = [int(p[1]) for p in pairs]
-    with torch.no_grad():
-        ref_w, ref_l = logps(ref_llm, w).cpu(), logps(ref_llm, l_).cpu()
     opt = torch.optim.AdamW([q for q in llm.model.parameters() if q.requires_grad], lr=cfg.paper.dpo_lr)
-    bs = max(1, min(cfg.paper.dpo_batch, len(w)))
-    losses = []
-    for _ in range(cfg.idpo.epochs):
-        order = rng.permutation(len(w))
-        for i in range(0, len(order), bs):
-            idx = order[i:i + bs]
-            pw = logps(llm, [w[j] for j in idx]).cpu()
-            pl = logps(llm, [l_[j] for j in idx]).cpu()
-            loss = dpo_loss(pw, pl, ref_w[idx], ref_l[idx], cfg.idpo.beta)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
-    del ref
-    return {f"{prefix}/n_pairs": len(w), f"{prefix}/first_loss": losses[0], f"{prefix}/final_loss": losses[-1]}
+    res = train_pairs(logps, pairs, opt, beta=cfg.idpo.beta, epochs=cfg.idpo.epochs, batch_size=cfg.paper.dpo_batch,
+                      micro_batch=cfg.paper.dpo_micro_batch, rng=rng, ref_batch=cfg.paper.score_batch)
+    if not res.losses:
+        return {f"{prefix}/n_pairs": 0}
+    return {f"{prefix}/n_pairs": res.n_pairs, f"{prefix}/first_loss": res.losses[0],
+            f"{prefix}/final_loss": res.losses[-1], f"{prefix}/first_reward_accuracy": res.accuracies[0],
+            f"{prefix}/final_reward_accuracy": res.accuracies[-1], f"{prefix}/final_margin": res.margins[-1]}
 
 
 def train_idpo(cfg, ctx) -> None:

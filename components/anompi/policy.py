@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from components.anompi.env import N_ACT_FEATS, N_GLOB_FEATS, ActiveEnv, State
+from components.common.multiturn_dpo import dpo_sigmoid_loss
 
 
 class PolicyNet(nn.Module):
@@ -191,7 +192,6 @@ def preference_pairs(video: np.ndarray, utility: np.ndarray, correct: np.ndarray
     return pairs
 
 
-def dpo_loss(pi_w: torch.Tensor, pi_l: torch.Tensor, ref_w: torch.Tensor, ref_l: torch.Tensor,
-             beta: float) -> torch.Tensor:
-    """-log sigmoid(beta [(log pi - log ref)(tau_w) - (log pi - log ref)(tau_l)]), mean."""
-    return -nn.functional.logsigmoid(beta * ((pi_w - ref_w) - (pi_l - ref_l))).mean()
+# iDPO's loss is the shared sigmoid DPO loss, -log sigmoid(beta [(log pi - log ref)(tau_w) -
+# (log pi - log ref)(tau_l)]), mean over pairs; the paper profile trains through the same module.
+dpo_loss = dpo_sigmoid_loss

@@ -10,9 +10,9 @@
   ``_label_<codes>`` (A normal, B1 fighting, B2 shooting, B4 riot, B5 abuse, B6 car accident,
   G explosion; the first code is the video-level class).
 
-A video is either a video file that imageio can decode (mp4/avi need imageio's pyav or ffmpeg
-plugin) or a folder of pre-extracted frames with the video's name minus its extension
-(``Abuse/Abuse001_x264/00001.jpg``...), read with PIL. Frames are sampled at ``n_frames``
+A video is either a video file (mp4, avi...; decoded through PyAV) or a folder of pre-extracted
+frames with the video's name minus its extension (``Abuse/Abuse001_x264/00001.jpg``...), both
+read by the shared reader ``components.common.video``. Frames are sampled at ``n_frames``
 uniform positions over the whole video and resized to a square.
 """
 from __future__ import annotations
@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from components.common.video import read_video
+
 UCF_CLASSES = ("Normal", "Abuse", "Arrest", "Arson", "Assault", "Burglary", "Explosion", "Fighting",
                "RoadAccidents", "Robbery", "Shooting", "Shoplifting", "Stealing", "Vandalism")
 XD_CODES = {"A": "Normal", "B1": "Fighting", "B2": "Shooting", "B4": "Riot", "B5": "Abuse",
@@ -29,7 +31,6 @@ XD_CODES = {"A": "Normal", "B1": "Fighting", "B2": "Shooting", "B4": "Riot", "B5
 XD_CLASSES = tuple(XD_CODES.values())
 UCF_NORMAL_FOLDERS = ("Training_Normal_Videos_Anomaly", "Testing_Normal_Videos_Anomaly")
 UCF_SPLIT_FILES = {"train": "Anomaly_Train.txt", "test": "Anomaly_Test.txt"}
-FRAME_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp")
 LAYOUTS = {
     "ucf_crime": ("a UCF-Crime folder: Anomaly_Train.txt and Anomaly_Test.txt (relative video paths "
                   "such as Abuse/Abuse001_x264.mp4) and the videos (or frame folders of the same "
@@ -152,50 +153,11 @@ def cap(rows: list[dict], limit: int, seed: int) -> list[dict]:
 
 
 # -- decoding -------------------------------------------------------------------------------------
-def sample_positions(n_available: int, n_frames: int) -> np.ndarray:
-    """``n_frames`` uniform positions (cell midpoints) over a video of ``n_available`` frames."""
-    return ((np.arange(n_frames) + 0.5) * n_available / n_frames).astype(int).clip(0, n_available - 1)
-
-
-def _resize(frame: np.ndarray, size: int) -> np.ndarray:
-    from PIL import Image
-
-    image = Image.fromarray(np.asarray(frame, dtype=np.uint8)).convert("RGB")
-    return np.asarray(image.resize((size, size), Image.BILINEAR), dtype=np.uint8)
-
-
-def _frame_folder(path: Path, n_frames: int, size: int) -> np.ndarray:
-    from PIL import Image
-
-    files = sorted(p for p in path.iterdir() if p.suffix.lower() in FRAME_EXTENSIONS)
-    if not files:
-        raise VideoDataError(f"{path}: a frame folder with no {'/'.join(FRAME_EXTENSIONS)} images")
-    return np.stack([_resize(np.asarray(Image.open(files[i])), size)
-                     for i in sample_positions(len(files), n_frames)])
-
-
-def _video_file(path: Path, n_frames: int, size: int) -> np.ndarray:
-    """Two passes (count, then keep the sampled positions) so a long video never sits in memory."""
-    import imageio.v3 as iio
-
-    try:
-        count = sum(1 for _ in iio.imiter(path))
-        keep = set(sample_positions(count, n_frames).tolist())
-        picked = {i: _resize(f, size) for i, f in enumerate(iio.imiter(path)) if i in keep}
-    except Exception as err:   # imageio raises plugin-specific errors for a missing codec
-        raise VideoDataError(f"{path}: imageio cannot decode it ({type(err).__name__}: {err}); "
-                             "install imageio's pyav or ffmpeg plugin, or pass frame folders") from None
-    return np.stack([picked[i] for i in sample_positions(count, n_frames)])
-
-
 def decode_frames(path: str | Path, n_frames: int, size: int) -> np.ndarray:
-    """(n_frames, size, size, 3) uint8 frames at uniform positions over the whole video."""
-    path = Path(path)
-    if path.is_dir():
-        return _frame_folder(path, n_frames, size)
-    if not path.is_file():
-        raise VideoDataError(f"{path}: neither a video file nor a frame folder")
-    return _video_file(path, n_frames, size)
+    """(n_frames, size, size, 3) uint8 frames at uniform positions over the whole video (a video
+    file, decoded by PyAV, or a frame folder): ``components.common.video.read_video``, which
+    raises ``VideoReadError`` naming the file."""
+    return read_video(path, n_frames=n_frames, size=size)
 
 
 def frame_saliency(frames: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

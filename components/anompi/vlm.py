@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from components.common.multiturn_dpo import pad_sequences, qwen2_vl_image_inputs, sequence_logps
+
 SYSTEM = ("You review a surveillance video to decide which event it shows. Classes: {classes}. "
           "Operators: fine_i (4 consecutive frames at scan frame i), backtrack_d / advance_d "
           "(4 frames d windows before / after your last look), expand (4 sparse frames around it). "
@@ -112,28 +114,18 @@ class VideoLLM:
         return ids, mask, frames
 
     # -- log-likelihoods --------------------------------------------------------------------
+    def image_inputs(self, ids: torch.Tensor, pixels: list[torch.Tensor], grid: torch.Tensor) -> dict:
+        """The Qwen2-VL image inputs of ``ids`` (every shown frame's patches, in order)."""
+        return qwen2_vl_image_inputs(ids, self.image_id, torch.cat(pixels), grid[None].repeat(len(pixels), 1),
+                                     dtype=next(self.model.parameters()).dtype)
+
     def masked_logps(self, seqs: list[tuple[list[int], list[bool], list[int]]], patches: torch.Tensor,
                      grid: torch.Tensor) -> torch.Tensor:
-        """Sum of log p(token | prefix) over each sequence's policy mask: (B,). Differentiable."""
-        dev = self.device
-        L = max(len(s[0]) for s in seqs)
-        ids = torch.full((len(seqs), L), self.pad_id, dtype=torch.long)
-        attn = torch.zeros(len(seqs), L, dtype=torch.long)
-        mask = torch.zeros(len(seqs), L, dtype=torch.bool)
-        pixels = []
-        for i, (s_ids, s_mask, s_frames) in enumerate(seqs):
-            ids[i, :len(s_ids)] = torch.as_tensor(s_ids)
-            attn[i, :len(s_ids)] = 1
-            mask[i, :len(s_ids)] = torch.as_tensor(s_mask)
-            pixels += [patches[t] for t in s_frames]
-        dtype = next(self.model.parameters()).dtype
-        out = self.model(input_ids=ids.to(dev), attention_mask=attn.to(dev),
-                         mm_token_type_ids=(ids == self.image_id).long().to(dev),
-                         pixel_values=torch.cat(pixels).to(dev, dtype),
-                         image_grid_thw=grid[None].repeat(len(pixels), 1).to(dev))
-        logp = torch.log_softmax(out.logits[:, :-1].float(), -1)
-        picked = logp.gather(-1, ids[:, 1:].to(dev)[..., None])[..., 0]
-        return (picked * mask[:, 1:].to(dev)).sum(-1)
+        """Sum of log p(token | prefix) over each sequence's policy mask: (B,). Differentiable
+        (the shared multi-turn DPO path: ``components.common.multiturn_dpo``)."""
+        ids, attn, mask = pad_sequences([(s_ids, s_mask) for s_ids, s_mask, _ in seqs], self.pad_id)
+        pixels = [patches[t] for _, _, s_frames in seqs for t in s_frames]
+        return sequence_logps(self.model, ids, attn, mask, **self.image_inputs(ids, pixels, grid))
 
     @torch.no_grad()
     def score(self, context: list, candidates: list[list[int]], patches, grid, batch: int = 8) -> torch.Tensor:
@@ -150,13 +142,11 @@ class VideoLLM:
             return []
         ids, _, frames = self.flatten(context)
         dev = self.device
-        dtype = next(self.model.parameters()).dtype
-        ids_t = torch.as_tensor([ids], device=dev)
-        out = self.model.generate(input_ids=ids_t, mm_token_type_ids=(ids_t == self.image_id).long(),
-                                  attention_mask=torch.ones(1, len(ids), dtype=torch.long, device=dev),
-                                  pixel_values=torch.cat([patches[t] for t in frames]).to(dev, dtype),
-                                  image_grid_thw=grid[None].repeat(len(frames), 1).to(dev),
-                                  max_new_tokens=max_tokens, do_sample=sample, pad_token_id=self.pad_id)
+        ids_t = torch.as_tensor([ids])
+        images = {k: v.to(dev) for k, v in self.image_inputs(ids_t, [patches[t] for t in frames], grid).items()}
+        out = self.model.generate(input_ids=ids_t.to(dev), attention_mask=torch.ones_like(ids_t).to(dev),
+                                  max_new_tokens=max_tokens, do_sample=sample, pad_token_id=self.pad_id,
+                                  **images)
         new = out[0, len(ids):].tolist()
         for i, tok in enumerate(new):
             if tok in stop:

@@ -8,6 +8,13 @@ the KL to a reference, the optimizer — is TRL's. The same call trains a tiny c
 on CPU in seconds (tests, small profiles) and a real checkpoint on GPUs (paper profiles; set
 ``use_vllm`` for vLLM rollouts there).
 
+Memory at paper scale (a 4B policy, thousands of tokens per reply): ``micro_batch`` splits one
+optimizer step's rollouts into micro-batches whose gradients TRL accumulates
+(``gradient_accumulation_steps``), ``gradient_checkpointing`` recomputes activations in the
+backward pass, and ``generation_batch`` caps how many rollouts one ``generate`` call samples
+(TRL's ``generation_batch_size``). The defaults (the whole step in one micro-batch and one
+generation call, no checkpointing) are what the small profiles ran before these options existed.
+
 (``components.common.rl`` keeps the hand-written GAE/PPO pieces for the non-LM control tasks.)
 """
 from __future__ import annotations
@@ -37,9 +44,11 @@ def _precision() -> dict[str, bool]:
     return {"bf16": bool(gpu and torch.cuda.is_bf16_supported()), "fp16": False, "use_cpu": not gpu}
 
 
-def _common_args(out_dir: Path, steps: int, lr: float, seed: int, logging_steps: int) -> dict[str, Any]:
+def _common_args(out_dir: Path, steps: int, lr: float, seed: int, logging_steps: int,
+                 gradient_checkpointing: bool = False) -> dict[str, Any]:
     return dict(output_dir=str(out_dir), max_steps=steps, learning_rate=lr, seed=seed, data_seed=seed,
-                logging_steps=logging_steps, report_to="none", save_strategy="no", gradient_checkpointing=False,
+                logging_steps=logging_steps, report_to="none", save_strategy="no",
+                gradient_checkpointing=gradient_checkpointing,
                 lr_scheduler_type="constant", warmup_steps=0, disable_tqdm=True,
                 dataloader_num_workers=0, **_precision())
 
@@ -63,21 +72,53 @@ def named_reward(fn: Reward, name: str | None = None) -> Reward:
     return reward
 
 
+def grpo_batches(prompts_per_step: int, group_size: int, micro_batch: int | None = None,
+                 generation_batch: int | None = None) -> dict[str, int]:
+    """TRL's batch settings for one optimizer step of ``prompts_per_step x group_size`` rollouts
+    (one process): ``micro_batch`` rollouts per forward/backward (default: all of them), their
+    gradients accumulated over ``gradient_accumulation_steps``; ``generation_batch`` rollouts
+    sampled per generation call (default: all of them; whole groups, a multiple of the
+    micro-batch). TRL samples ``steps_per_generation = generation_batch / micro_batch``
+    micro-batches from one generation call, so with a smaller ``generation_batch`` the step is
+    generated in several calls, all before the optimizer step (still on-policy)."""
+    batch = prompts_per_step * group_size
+    micro = micro_batch or batch
+    gen = generation_batch or batch
+    problems = [f"{name} = {value} must divide the step's {batch} rollouts ({prompts_per_step} prompts x "
+                f"{group_size})" for name, value in (("micro_batch", micro), ("generation_batch", gen))
+                if value <= 0 or batch % value]
+    if not problems and gen % micro:
+        problems.append(f"generation_batch = {gen} must be a multiple of micro_batch = {micro}")
+    if not problems and gen % group_size:
+        problems.append(f"generation_batch = {gen} must hold whole groups of {group_size}")
+    if problems:
+        raise ValueError("grpo_train: " + "; ".join(problems))
+    return {"per_device_train_batch_size": micro, "gradient_accumulation_steps": batch // micro,
+            "generation_batch_size": gen}
+
+
 def grpo_train(model, tokenizer, rows: list[dict[str, Any]], rewards: Reward | list[Reward], out_dir: str | Path,
                *, steps: int, group_size: int = 4, prompts_per_step: int = 2, max_new_tokens: int = 32,
                lr: float = 1e-6, beta: float = 0.0, temperature: float = 1.0, seed: int = 0,
                loss_type: str = "grpo", scale_rewards: str = "group", peft_config=None,
-               use_vllm: bool = False, logging_steps: int = 1, **grpo_args: Any) -> TrainResult:
+               use_vllm: bool = False, logging_steps: int = 1, micro_batch: int | None = None,
+               generation_batch: int | None = None, gradient_checkpointing: bool = False,
+               **grpo_args: Any) -> TrainResult:
     """GRPO on ``rows`` (each a dict with ``"prompt"``: text or chat messages, plus any columns
-    the reward reads). ``prompts_per_step x group_size`` completions per optimizer step."""
+    the reward reads). ``prompts_per_step x group_size`` completions per optimizer step, in
+    micro-batches of ``micro_batch`` (see ``grpo_batches``). With the ``"dapo"`` loss (token
+    mean) or the ``"grpo"`` loss, accumulating equal micro-batches gives the gradient of the
+    whole step; with ``generation_batch`` below the step, ``"dapo"`` normalises each generation
+    call by its own token count (TRL), a mean of per-call token means."""
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
     funcs = [named_reward(r) for r in (rewards if isinstance(rewards, list) else [rewards])]
-    config = GRPOConfig(**_common_args(Path(out_dir), steps, lr, seed, logging_steps),
-                        per_device_train_batch_size=prompts_per_step * group_size, num_generations=group_size,
-                        max_completion_length=max_new_tokens, temperature=temperature, beta=beta,
-                        loss_type=loss_type, scale_rewards=scale_rewards, use_vllm=use_vllm, **grpo_args)
+    config = GRPOConfig(**_common_args(Path(out_dir), steps, lr, seed, logging_steps, gradient_checkpointing),
+                        **grpo_batches(prompts_per_step, group_size, micro_batch, generation_batch),
+                        num_generations=group_size, max_completion_length=max_new_tokens,
+                        temperature=temperature, beta=beta, loss_type=loss_type, scale_rewards=scale_rewards,
+                        use_vllm=use_vllm, **grpo_args)
     trainer = GRPOTrainer(model=model, reward_funcs=funcs, args=config, train_dataset=Dataset.from_list(rows),
                           processing_class=tokenizer, peft_config=peft_config)
     return _train(trainer)
@@ -86,7 +127,7 @@ def grpo_train(model, tokenizer, rows: list[dict[str, Any]], rewards: Reward | l
 def dpo_train(model, tokenizer, pairs: list[dict[str, Any]], out_dir: str | Path, *, steps: int,
               batch_size: int = 4, lr: float = 1e-6, beta: float = 0.1, loss_type: str = "sigmoid",
               max_length: int | None = 512, ref_model=None, seed: int = 0, peft_config=None,
-              logging_steps: int = 1, **dpo_args: Any) -> TrainResult:
+              logging_steps: int = 1, gradient_checkpointing: bool = False, **dpo_args: Any) -> TrainResult:
     """DPO on ``pairs`` (each ``{"prompt", "chosen", "rejected"}``, text or chat messages).
     Without ``ref_model`` the reference is a frozen copy of the starting model (under peft: the
     adapter-free base). TRL would re-load it from ``config._name_or_path``, which a config-built
@@ -99,7 +140,7 @@ def dpo_train(model, tokenizer, pairs: list[dict[str, Any]], out_dir: str | Path
     if ref_model is None and peft_config is None and not hasattr(model, "peft_config"):
         ref_model = copy.deepcopy(model).eval()
 
-    config = DPOConfig(**_common_args(Path(out_dir), steps, lr, seed, logging_steps),
+    config = DPOConfig(**_common_args(Path(out_dir), steps, lr, seed, logging_steps, gradient_checkpointing),
                        per_device_train_batch_size=batch_size, beta=beta, loss_type=[loss_type],
                        max_length=max_length, **dpo_args)
     trainer = DPOTrainer(model=model, ref_model=ref_model, args=config, train_dataset=Dataset.from_list(pairs),

@@ -1,5 +1,6 @@
 """A tiny Qwen2-VL checkpoint (config-built, random) with tokenizer and image processor, and a
-tiny UCF-Crime folder in the published layout (split lists, temporal annotations, frame folders)."""
+tiny UCF-Crime folder in the published layout (split lists, temporal annotations, mp4 videos
+or frame folders)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -23,9 +24,12 @@ def write_tiny_qwen2_vl(folder: Path, tokenizer_folder: Path) -> Path:
     return folder
 
 
-def write_ucf_crime(root: Path, n_frames: int = 12, seed: int = 0) -> Path:
-    """Videos as frame folders (no video codec is installed here): Videos/<Class>/<name>/NNNNN.png."""
+def write_ucf_crime(root: Path, n_frames: int = 12, seed: int = 0, layout: str = "mp4") -> Path:
+    """The release's layout with videos as mp4 files (``layout="mp4"``: Videos/<Class>/<name>.mp4,
+    MPEG-4 through PyAV) or as pre-extracted frame folders (``"frames"``: Videos/<Class>/<name>/NNNNN.png)."""
     from PIL import Image
+
+    from components.common.video import write_video
 
     rng = np.random.default_rng(seed)
     train = ["Fighting/Fighting001_x264.mp4", "Explosion/Explosion002_x264.mp4",
@@ -34,12 +38,15 @@ def write_ucf_crime(root: Path, n_frames: int = 12, seed: int = 0) -> Path:
     test = ["Fighting/Fighting010_x264.mp4", "Explosion/Explosion011_x264.mp4",
             "Testing_Normal_Videos_Anomaly/Normal_Videos_010_x264.mp4"]
     for i, rel in enumerate(train + test):
+        frames = rng.integers(0, 60, (n_frames, FRAME + 4, FRAME + 8, 3), dtype=np.uint8)
+        if "Normal" not in rel:
+            frames[4:8, :, :, i % 3] = 255          # the "event": a bright burst in a few frames
+        if layout == "mp4":
+            write_video(root / "Videos" / rel, frames, fps=8)
+            continue
         folder = root / "Videos" / Path(rel).with_suffix("")
         folder.mkdir(parents=True, exist_ok=True)
-        for t in range(n_frames):
-            pixels = rng.integers(0, 60, (FRAME + 4, FRAME + 8, 3), dtype=np.uint8)
-            if "Normal" not in rel and 4 <= t < 8:
-                pixels[:, :, i % 3] = 255           # the "event": a bright burst in a few frames
+        for t, pixels in enumerate(frames):
             Image.fromarray(pixels).save(folder / f"{t + 1:05d}.png")
     splits = root / "Anomaly_Detection_splits"
     splits.mkdir(parents=True, exist_ok=True)

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from components.anompi.config import AnompiConfig
-from components.anompi.vau_data import (VideoDataError, decode_frames, list_videos, sample_positions,
-                                        xd_class)
+from components.anompi.vau_data import VideoDataError, decode_frames, list_videos, xd_class
 from components.common.preflight import PreflightError
+from components.common.video import VideoReadError, uniform_indices
 from tests.anompi.paper_fixtures import FRAME, write_tiny_qwen2_vl, write_ucf_crime
 
 
@@ -25,6 +25,11 @@ def tiny_vlm(tmp_path_factory, tiny_checkpoints):
 @pytest.fixture(scope="module")
 def ucf(tmp_path_factory):
     return write_ucf_crime(tmp_path_factory.mktemp("anompi-ucf") / "UCF_Crimes")
+
+
+@pytest.fixture(scope="module")
+def ucf_frames(tmp_path_factory):
+    return write_ucf_crime(tmp_path_factory.mktemp("anompi-ucf-frames") / "UCF_Crimes", layout="frames")
 
 
 def test_preflight_names_the_missing_key(tmp_path):
@@ -50,12 +55,39 @@ def test_preflight_checks_the_dataset_layout_and_model_family(tmp_path, tiny_vlm
     paper_cfg(model_path=str(tiny_vlm), dataset_root=str(ucf)).preflight()
 
 
-def test_ucf_crime_lists_classes_from_folders_and_resolves_frame_folders(ucf):
+def test_preflight_fails_on_a_missing_video_or_a_missing_decoder(tmp_path, tiny_vlm, monkeypatch):
+    """Every listed video must resolve before anything runs; mp4 files need PyAV."""
+    import importlib.util
+
+    root = write_ucf_crime(tmp_path / "UCF", n_frames=4)
+    (root / "Videos" / "Fighting" / "Fighting001_x264.mp4").unlink()
+    with pytest.raises(PreflightError, match="paper.dataset_root.*Fighting001_x264.mp4") as err:
+        paper_cfg(model_path=str(tiny_vlm), dataset_root=str(root)).preflight()
+    assert "\n" not in str(err.value)
+    good = write_ucf_crime(tmp_path / "UCF2", n_frames=4)
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "av" else real(name, *a))
+    with pytest.raises(PreflightError, match="paper.dataset_root.*PyAV"):
+        paper_cfg(model_path=str(tiny_vlm), dataset_root=str(good)).preflight()
+    folders = write_ucf_crime(tmp_path / "UCF3", n_frames=4, layout="frames")
+    paper_cfg(model_path=str(tiny_vlm), dataset_root=str(folders)).preflight()     # frame folders need no codec
+
+
+def test_ucf_crime_lists_classes_and_resolves_mp4_files_and_frame_folders(ucf, ucf_frames):
+    """The same split lists name .mp4 files; a release may hold the videos or frame folders of
+    the same name: both resolve and decode to the same shape (mp4 is lossy, folders exact)."""
     splits = list_videos("ucf_crime", ucf)
     assert [r["label_name"] for r in splits["train"]][:3] == ["Fighting", "Explosion", "Normal"]
     assert splits["test"][0]["event_start_frame"] == 4 and splits["test"][2]["event_start_frame"] == -1
-    frames = decode_frames(splits["train"][0]["path"], 16, FRAME)
-    assert frames.shape == (16, FRAME, FRAME, 3) and frames.dtype == np.uint8
+    folders = list_videos("ucf_crime", ucf_frames)
+    assert splits["train"][0]["path"].endswith("Fighting001_x264.mp4")
+    assert folders["train"][0]["path"].endswith("Fighting001_x264")
+    from_mp4 = decode_frames(splits["train"][0]["path"], 16, FRAME)
+    from_folder = decode_frames(folders["train"][0]["path"], 16, FRAME)
+    assert from_mp4.shape == from_folder.shape == (16, FRAME, FRAME, 3) and from_mp4.dtype == np.uint8
+    # the event (frames 4-7 of 12, red channel at 255) survives the codec: same frames bright
+    assert (from_mp4[..., 0].mean((1, 2)) > 150).tolist() == (from_folder[..., 0].mean((1, 2)) > 150).tolist()
+    assert np.abs(from_mp4.astype(int) - from_folder.astype(int)).mean() < 20
 
 
 def test_xd_violence_label_codes_and_sampling():
@@ -63,14 +95,14 @@ def test_xd_violence_label_codes_and_sampling():
     assert xd_class("Bad.Boys.1995__#01-11-55_01-12-40_label_B2-G-0") == "Shooting"
     with pytest.raises(VideoDataError):
         xd_class("no_label_here.mp4")
-    assert sample_positions(12, 4).tolist() == [1, 4, 7, 10]
-    assert sample_positions(3, 6).tolist() == [0, 0, 1, 1, 2, 2]
+    assert uniform_indices(12, 4).tolist() == [1, 4, 7, 10]
+    assert uniform_indices(3, 6).tolist() == [0, 0, 1, 1, 2, 2]
 
 
 def test_undecodable_video_file_fails_naming_the_file(tmp_path):
     bad = tmp_path / "clip.mp4"
     bad.write_bytes(b"not a video")
-    with pytest.raises(VideoDataError, match="clip.mp4"):
+    with pytest.raises(VideoReadError, match="clip.mp4"):
         decode_frames(bad, 4, FRAME)
 
 
@@ -86,10 +118,11 @@ def _tiny_llm(folder):
 
 
 def test_chat_masks_observations_and_dpo_loss_is_log2_at_reference(tiny_vlm):
-    """Only assistant tokens (thought, operator, answer) count; with pi == pi_ref the iDPO loss
-    is log 2 exactly, and its gradient raises the winner's log-ratio."""
-    from components.anompi.policy import dpo_loss
+    """Only assistant tokens (thought, operator, answer) count; through the shared multi-turn DPO
+    path (``multiturn_dpo.train_pairs``) the first loss, at pi == pi_ref, is log 2, and the step
+    raises the winner's log-ratio over the loser's."""
     from components.anompi.vlm import Record, trajectory_logps
+    from components.common.multiturn_dpo import train_pairs
 
     torch.manual_seed(0)
     llm = _tiny_llm(tiny_vlm)
@@ -103,21 +136,17 @@ def test_chat_masks_observations_and_dpo_loss_is_log2_at_reference(tiny_vlm):
                      + 2 * len(llm.ids("<|im_end|>\n")))
     assert sum(mask) == policy_tokens and shown == [2, 6, 10, 14, 0, 1, 3, 4]
     assert not any(m for i, m in zip(ids, mask) if i == llm.image_id)
+
+    records = [win, lose]
+
+    def logps(rows):
+        return trajectory_logps(llm, [records[r] for r in rows], 16, [patches] * len(rows), grid)
+
     with torch.no_grad():
-        ref = trajectory_logps(llm, [win, lose], 16, [patches, patches], grid)
-    pol = trajectory_logps(llm, [win, lose], 16, [patches, patches], grid)
-    loss = dpo_loss(pol[:1], pol[1:], ref[:1], ref[1:], beta=0.5)
-    assert loss.item() == pytest.approx(math.log(2), abs=1e-6)
-    loss.backward()
-    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in llm.model.parameters())
-
-
-def test_video_files_decode_through_imageio(tmp_path):
-    """The video-file path (imageio): an animated GIF here, since no mp4 codec is installed."""
-    from PIL import Image
-
-    frames = [Image.fromarray(np.full((20, 24, 3), 10 * t, np.uint8)) for t in range(10)]
-    frames[0].save(tmp_path / "clip.gif", save_all=True, append_images=frames[1:], duration=40)
-    out = decode_frames(tmp_path / "clip.gif", 5, FRAME)
-    assert out.shape == (5, FRAME, FRAME, 3)
-    assert out[:, 0, 0, 0].tolist() == [10 * t for t in sample_positions(10, 5)]
+        before = logps([0, 1])
+    result = train_pairs(logps, [(0, 1)], torch.optim.SGD(llm.model.parameters(), lr=1e-3), beta=0.5)
+    assert result.losses[0] == pytest.approx(math.log(2), abs=1e-6)
+    assert result.margins[0] == pytest.approx(0.0, abs=1e-6)
+    with torch.no_grad():
+        after = logps([0, 1])
+    assert (after[0] - before[0]) - (after[1] - before[1]) > 0

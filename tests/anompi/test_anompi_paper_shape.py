@@ -1,5 +1,6 @@
 """anompi's paper profile end to end (runtime: DVC + Prefect + MLflow) on a tiny random
-Qwen2-VL from its config class and a tiny UCF-Crime folder; steps shrunk by --set."""
+Qwen2-VL from its config class and a tiny UCF-Crime folder of generated mp4 videos (decoded by
+PyAV); steps shrunk by --set."""
 import math
 
 import pytest
@@ -29,12 +30,15 @@ def test_anompi_paper_profile_on_tiny_qwen2_vl_and_ucf_crime_layout(tmp_path, ti
     env = result.metrics("anompi", "build_env")
     assert (env["n_train"], env["n_val"], env["n_test"]) == (4, 2, 3)
     assert result.metrics("anompi", "pretrain_perception")["n_decoded_test"] == 3
+    listed = read_table(result.out("anompi", "build_env") / "train.parquet").column("path").to_pylist()
+    assert listed and all(p.endswith(".mp4") for p in listed)            # decoded from mp4 files
     sft = result.metrics("anompi", "sft_policy", "0")
     assert math.isfinite(sft["final_loss"]) and sft["n_script_chats"] == 3
     assert result.metrics("anompi", "rollout", "0")["n_trajectories"] == 9
     idpo = result.metrics("anompi", "train_idpo", "full-0")
     assert idpo["round1/n_pairs"] > 0
     assert idpo["round1/first_loss"] == pytest.approx(math.log(2), abs=1e-5)   # pi == pi_ref
+    assert idpo["round1/first_reward_accuracy"] == 0.0                        # margins all 0 there
     traj = read_table(result.out("anompi", "rollout", "0") / "trajectories.parquet").to_pydict()
     assert all(len(tf) == len([a for a in acts if a >= 0]) for tf, acts in zip(traj["turn_frames"], traj["actions"]))
 

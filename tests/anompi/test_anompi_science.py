@@ -195,3 +195,19 @@ def test_bound_is_monotone_and_dense_is_perfect():
     assert all(a <= b + 1e-12 for a, b in zip(accs, accs[1:]))
     assert passive_bound(T, np.arange(T), env.actor_len, env.event_len,
                          env.distractor_rate)["accuracy"] == pytest.approx(1.0)
+
+
+def test_bound_is_the_same_float_for_any_blas_thread_count():
+    """Bug fix: the bound summed probabilities with a BLAS dot product, whose rounding depends
+    on the BLAS thread count and build (the committed bounds moved in their last digits when the
+    venv was rebuilt). Summed exactly now, so two thread counts give the same float."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from components.anompi.bound import passive_bound; from components.anompi.env import uniform_frames; "
+            "print(repr(passive_bound(128, uniform_frames(128, 16), (24, 32), (6, 10), 0.5)['accuracy']))")
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "OPENBLAS_NUM_THREADS": n, "OMP_NUM_THREADS": n}).stdout
+            for n in ("1", "2")}
+    assert len(outs) == 1
