@@ -1,5 +1,5 @@
 """The paper profile's data: the OmniVCHall release read from a user root, its videos decoded
-with PyAV into the same ``{split}_videos.pt`` / ``{split}_qa.parquet`` files the procedural
+with PyAV (``components.common.video.read_video``) into the same ``{split}_videos.pt`` / ``{split}_qa.parquet`` files the procedural
 benchmark writes, so every later stage runs unchanged.
 
 Layout read (the official repository's ``dataset/MyBench`` plus its default video folder):
@@ -14,9 +14,6 @@ A question file is a JSON list of records: ``{"s_ynqa_id": 1, "video_id": "11029
 "type_id": 4, "yn_question": ..., "yn_answer": "no"}`` for yes/no items (``m_ynqa_id`` for
 compositional ones, whose ``type_id`` is a list), ``{"s_mcqa_id": ..., "mc_question": ...,
 "mc_option": ["A. ...", "B. ...", "C. ..."], "mc_answer": "B"}`` for multiple choice.
-
-``read_video_frames`` is a minimal PyAV reader; it belongs in a shared
-``components/common/video.py`` once one exists (another method, anompi, reads videos too).
 """
 from __future__ import annotations
 
@@ -92,49 +89,6 @@ def read_questions(root: Path, split: str, type_names: dict[int, str] | None = N
     return rows
 
 
-def sample_indices(total: int, n: int) -> np.ndarray:
-    """``n`` frame indices spread evenly over ``total`` frames, first and last included."""
-    return np.linspace(0, max(total - 1, 0), n).round().astype(int)
-
-
-def read_video_frames(path: str | Path, n_frames: int, size: int) -> tuple[np.ndarray, float]:
-    """Decode ``n_frames`` evenly spaced frames of a video with PyAV, each resized to
-    ``size`` x ``size`` RGB: -> ((n_frames, size, size, 3) uint8, duration in seconds).
-
-    The frame count comes from the container when it records one; otherwise every frame is
-    decoded once to count them. Videos shorter than ``n_frames`` repeat frames."""
-    import av
-
-    with av.open(str(path)) as container:
-        stream = container.streams.video[0]
-        total = int(stream.frames or 0)
-        rate = float(stream.average_rate or 0) or None
-        if total <= 0:
-            frames = [f.to_ndarray(width=size, height=size, format="rgb24") for f in container.decode(stream)]
-            total = len(frames)
-            if total == 0:
-                raise ValueError(f"{path}: no video frames decoded")
-            picked = np.stack([frames[i] for i in sample_indices(total, n_frames)])
-        else:
-            wanted = sample_indices(total, n_frames)
-            keep: dict[int, np.ndarray] = {}
-            last = None
-            for i, frame in enumerate(container.decode(stream)):
-                if i in set(wanted.tolist()):
-                    keep[i] = frame.to_ndarray(width=size, height=size, format="rgb24")
-                last = (i, frame)
-                if i >= wanted[-1]:
-                    break
-            if last is None:
-                raise ValueError(f"{path}: no video frames decoded")
-            # a container that over-reports its frame count: fall back to the last decoded frame
-            fallback = keep.get(last[0]) if last[0] in keep else last[1].to_ndarray(width=size, height=size,
-                                                                                   format="rgb24")
-            picked = np.stack([keep.get(int(i), fallback) for i in wanted])
-        duration = total / rate if rate else float(n_frames)
-    return picked.astype(np.uint8), float(duration)
-
-
 def build_paper_benchmark(cfg, ctx) -> None:
     """``build_benchmark`` for the paper profile: the release's train / val / test questions and
     their videos (``paper.num_frames`` frames of ``paper.frame_size`` px each). There is no
@@ -143,6 +97,7 @@ def build_paper_benchmark(cfg, ctx) -> None:
     import torch
 
     from components.common.io import save_torch, write_json_atomic, write_table
+    from components.common.video import read_video
 
     p = cfg.paper
     root = Path(p.data_root).expanduser()
@@ -160,17 +115,15 @@ def build_paper_benchmark(cfg, ctx) -> None:
             raise FileNotFoundError(f"{video_dir}: no video file for {len(missing)} {split} video ids "
                                     f"(e.g. {missing[:3]}; looked for <id>{'/'.join(VIDEO_EXTENSIONS)})")
         videos = np.empty((len(video_ids), p.num_frames, p.frame_size, p.frame_size, 3), np.uint8)
-        durations = []
-        for v, vid in enumerate(video_ids):
-            videos[v], dur = read_video_frames(find_video(video_dir, vid), p.num_frames, p.frame_size)
-            durations.append(dur)
+        for v, vid in enumerate(video_ids):     # num_frames at uniform positions, resized square
+            videos[v] = read_video(find_video(video_dir, vid), n_frames=p.num_frames, size=p.frame_size)
             ctx.progress(v + 1, len(video_ids), f"decoded {split} video {vid}")
         index = {vid: k for k, vid in enumerate(video_ids)}
         for r in rows:
             r["video"] = index[r["video_id"]]
         save_torch(ctx.out_dir / f"{split}_videos.pt", torch.from_numpy(videos))
         write_json_atomic(ctx.out_dir / f"{split}_programs.json",
-                          [{"video_id": vid, "duration_s": d} for vid, d in zip(video_ids, durations)])
+                          [{"video_id": vid} for vid in video_ids])
         df = pd.DataFrame(rows)
         write_table(ctx.out_dir / f"{split}_qa.parquet", df)
         yn = df[df.task.str.endswith("yn")]

@@ -32,23 +32,15 @@ def write_tiny_dino(folder: Path) -> Path:
 
 
 def write_mp4(path: Path, n_frames: int = 12, width: int = 40, height: int = 24, seed: int = 0) -> Path:
-    """A short mpeg4 video of a bright square moving right over a noisy background."""
-    import av
+    """A short mpeg4 video (8 fps) of a bright square moving right over a noisy background."""
+    from components.common.video import write_video
 
     rng = np.random.default_rng(seed)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with av.open(str(path), "w") as container:
-        stream = container.add_stream("mpeg4", rate=8)
-        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
-        for t in range(n_frames):
-            pixels = rng.integers(0, 60, (height, width, 3), dtype=np.uint8)
-            x = 2 + 2 * t
-            pixels[8:16, x:x + 8] = (230, 40, 40)
-            for packet in stream.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
-    return path
+    frames = rng.integers(0, 60, (n_frames, height, width, 3), dtype=np.uint8)
+    for t in range(n_frames):
+        x = 2 + 2 * t
+        frames[t, 8:16, x:x + 8] = (230, 40, 40)
+    return write_video(path, frames, fps=8)
 
 
 QUESTIONS = {

@@ -1,5 +1,6 @@
-"""The paper path's parts on tiny stand-ins: the PyAV reader, the OmniVCHall reader, the Qwen2-VL
-adapter (patch layout, left padding, the positive pathway's hook), DINO saliency and preflight."""
+"""The paper path's parts on tiny stand-ins: the fixture video through the shared reader, the
+OmniVCHall reader, the Qwen2-VL adapter (patch layout, left padding, the positive pathway's
+hook), DINO saliency and preflight."""
 import json
 
 import numpy as np
@@ -8,8 +9,9 @@ import pytest
 import torch
 
 from components.common.preflight import PreflightError
+from components.common.video import read_video
 from components.tricd.config import TricdConfig
-from components.tricd.paper_data import read_questions, read_video_frames, sample_indices
+from components.tricd.paper_data import read_questions
 from tests.tricd.paper_fixtures import (FRAME, VIDEOS, write_mp4, write_omnivchall, write_tiny_dino,
                                         write_tiny_qwen2_vl)
 
@@ -29,12 +31,12 @@ def release(tmp_path_factory):
     return write_omnivchall(tmp_path_factory.mktemp("tricd-omni") / "MyBench")
 
 
-def test_pyav_reader_samples_evenly_and_resizes(tmp_path):
+def test_fixture_video_through_the_shared_reader(tmp_path):
+    """The fixture's mp4 decodes through components.common.video as the paper data builder
+    reads it (uniform frames, square resize), and the square moves right in time."""
     path = write_mp4(tmp_path / "v.mp4", n_frames=12, width=40, height=24)
-    frames, duration = read_video_frames(path, 4, 16)
+    frames = read_video(path, n_frames=4, size=16)
     assert frames.shape == (4, 16, 16, 3) and frames.dtype == np.uint8
-    assert duration == pytest.approx(12 / 8)
-    assert sample_indices(12, 4).tolist() == [0, 4, 7, 11]
     red = (frames[..., 0] > 150) & (frames[..., 1] < 110)
     cols = [np.nonzero(r.any(0))[0].mean() for r in red]
     assert all(b > a for a, b in zip(cols, cols[1:]))        # the square moves right
@@ -69,7 +71,7 @@ def test_patchify_matches_the_qwen2_vl_processor_layout(qwen):
 def test_left_padding_and_the_positive_pathway(qwen, release):
     qa = pd.DataFrame(read_questions(release, "test"))
     enc = qwen.encode(qa)
-    frames, _ = read_video_frames(release / "all_video" / f"{VIDEOS[0]}.mp4", 4, FRAME)
+    frames = read_video(release / "all_video" / f"{VIDEOS[0]}.mp4", n_frames=4, size=FRAME)
     videos = torch.from_numpy(np.stack([frames] * len(qa))).float()
     q, hidden, pad = qwen.forward(videos, enc, hidden=True)
     n_video = (4 // qwen.tpatch) * (FRAME // qwen.token_px) ** 2
@@ -83,7 +85,7 @@ def test_left_padding_and_the_positive_pathway(qwen, release):
     dimmed = qwen.forward(videos, enc, weight=0.1 * ones)[0]
     assert not torch.allclose(dimmed, q, atol=1e-4)                  # the hook reaches the decoder
     torch.testing.assert_close(qwen.forward(videos, enc)[0], q, atol=1e-5, rtol=1e-5)   # hook removed
-    other = torch.from_numpy(np.stack([read_video_frames(release / "all_video" / f"{VIDEOS[1]}.mp4", 4, FRAME)[0]] * 4))
+    other = torch.from_numpy(np.stack([read_video(release / "all_video" / f"{VIDEOS[1]}.mp4", n_frames=4, size=FRAME)] * 4))
     assert not torch.allclose(qwen.forward(other.float(), enc)[0], q, atol=1e-4)   # the video matters
 
 
