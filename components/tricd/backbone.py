@@ -8,7 +8,7 @@ from components.tricd.decode import MAX_TEXT, load_split, predict, run_pass, sco
 from components.tricd.benchmark import caption
 from components.tricd import video as V
 from components.tricd.model import (CAPTION_PROMPT, ToyVLLM, answer_loss, build_vocab, caption_loss,
-                                   encode, encode_caption, grounding_loss, trim)
+                                   encode, encode_caption, grounding_loss)
 
 HELDOUT_SHARE = 0.1   # last 10% of pretrain videos: a held-out set from the biased distribution
 
@@ -95,7 +95,7 @@ def train_backbone_stage(cfg, ctx) -> None:
             step += 1
             idx = torch.as_tensor(rng.choice(pool, size=bb.batch_size, replace=False))
             vids = torch.as_tensor(rng.choice(cut, size=bb.caption_batch, replace=False))
-            yield (data.videos[data.video_idx[idx]], trim(data.text[idx]), data.target[idx],
+            yield (data.videos[data.video_idx[idx]], data.text[idx], data.target[idx],
                    data.videos[vids], captions[vids], pairs[vids], scenes[vids])
 
     def loss_fn(m, batch):

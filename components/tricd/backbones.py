@@ -51,9 +51,10 @@ class ToyBackbone:
         return torch.tensor([encode(q, self.index, MAX_TEXT) for q in qa.question], dtype=torch.long)
 
     def forward(self, videos, enc, weight=None, hidden: bool = False):
-        from components.tricd.model import trim
-
-        logits, h = self.model(videos, enc if hidden else trim(enc), weight)
+        # the full left-padded width on every pass: the toy's attention has no padding mask, so
+        # trimming the pad columns a batch shares changed the logits with the batch (and made
+        # the hidden-state pass q_o differ from the trimmed q_n / q_p passes of the same row)
+        logits, h = self.model(videos, enc, weight)
         q = logits[:, self.answer_ids]
         if not hidden:
             return q, None, None

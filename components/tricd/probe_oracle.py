@@ -9,7 +9,7 @@ import argparse, time, json
 import numpy as np, torch, pandas as pd
 from torch import nn
 from components.tricd import benchmark as B, video as V
-from components.tricd.model import ToyVLLM, build_vocab, encode, trim, answer_loss, grounding_loss
+from components.tricd.model import ToyVLLM, build_vocab, encode, answer_loss, grounding_loss
 from components.tricd.decode import MAX_TEXT, run_pass, predict, score
 from components.common.train import fit
 from components.common.seeds import seed_everything
@@ -87,7 +87,7 @@ def main():
         idx, vids = b
         if a.mode == "oracle":
             m._feats = oracle_feats(D["pprog"], glab, gscene, pvid[idx])
-        loss = answer_loss(m(pv[pvid[idx]], trim(ptext[idx]))[0], ptgt[idx])
+        loss = answer_loss(m(pv[pvid[idx]], ptext[idx])[0], ptgt[idx])
         if a.gw > 0 and a.mode == "toy":
             loss = loss + a.gw * grounding_loss(m, pv[vids], glab[vids], gscene[vids])
         return loss
