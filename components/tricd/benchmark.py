@@ -279,6 +279,10 @@ def build_benchmark_stage(cfg, ctx) -> None:
 
     from components.common.io import save_torch, write_json_atomic, write_table
 
+    if cfg.paper.enabled:   # the OmniVCHall release from paper.data_root
+        from components.tricd.paper_data import build_paper_benchmark
+
+        return build_paper_benchmark(cfg, ctx)
     b = cfg.bench
     rng = np.random.default_rng(b.seed)
     sizes = {"pretrain": b.n_pretrain, "train": b.n_train, "val": b.n_val, "test": b.n_test}

@@ -6,7 +6,7 @@ import argparse, time, json
 import numpy as np, torch, pandas as pd
 from components.tricd import benchmark as B
 from components.tricd.backbone import pretraining_loss
-from components.tricd.model import ToyVLLM, build_vocab, encode, encode_caption, trim, CAPTION_PROMPT
+from components.tricd.model import ToyVLLM, build_vocab, encode, encode_caption, CAPTION_PROMPT
 from components.tricd.decode import MAX_TEXT, run_pass, predict, score
 from components.common.train import fit
 from components.common.seeds import seed_everything
@@ -49,7 +49,7 @@ def batches():
     while True:
         idx = torch.as_tensor(r.choice(len(pitems), size=a.bs, replace=False))
         vids = torch.as_tensor(r.choice(a.npre, size=a.cb, replace=False))
-        yield pv[pvid[idx]], trim(ptext[idx]), ptgt[idx], pv[vids], caps[vids], glab[vids], gscene[vids]
+        yield pv[pvid[idx]], ptext[idx], ptgt[idx], pv[vids], caps[vids], glab[vids], gscene[vids]
 def loss_fn(m, b):
     return pretraining_loss(m, b, prompt, a.gw, a.cw)
 biased = np.array([any(t in kw["biased_types"] for t in ts) for ts in vqa.types])

@@ -14,10 +14,8 @@ import pandas as pd
 import torch
 
 from components.tricd import benchmark as B
-from components.tricd.model import build_vocab, encode, trim
-
-ANSWER_TOKENS = ("yes", "no", "A", "B", "C")
-MAX_TEXT = 40
+from components.tricd.backbones import ANSWER_TOKENS, MAX_TEXT  # noqa: F401  (re-exported)
+from components.tricd.model import build_vocab, encode
 
 
 def calibrate(q_o, q_p, q_n, a1: float = 1.0, a2: float = 1.0):
@@ -40,8 +38,8 @@ def predict(q: np.ndarray, tasks) -> np.ndarray:
 class Split:
     videos: torch.Tensor          # (N, T, H, W, 3) uint8
     qa: pd.DataFrame
-    text: torch.Tensor            # (Q, MAX_TEXT) token ids
-    target: torch.Tensor          # (Q,) vocab id of the answer
+    text: object                  # the backbone's encoding of the questions (row-aligned)
+    target: torch.Tensor | None   # (Q,) toy-vocabulary id of the answer (toy backbone training)
     video_idx: torch.Tensor       # (Q,)
 
     @property
@@ -49,41 +47,59 @@ class Split:
         return self.qa.task.to_numpy()
 
 
-def load_split(bench_dir, split: str, limit: int | None = None) -> Split:
+def load_split(bench_dir, split: str, limit: int | None = None, backbone=None) -> Split:
+    """A split's videos and questions, encoded by ``backbone`` (default: the toy vocabulary,
+    with the answers' token ids as training targets)."""
     from components.common.io import load_torch, read_table
 
-    vocab = build_vocab()
-    index = {w: i for i, w in enumerate(vocab)}
     qa = read_table(f"{bench_dir}/{split}_qa.parquet").to_pandas()
-    if limit is not None and len(qa) > limit:
-        qa = qa.iloc[:limit].reset_index(drop=True)
+    if limit is not None and len(qa) > limit:   # rows spread evenly: every task is kept
+        keep = np.unique(np.linspace(0, len(qa) - 1, limit).round().astype(int))
+        qa = qa.iloc[keep].reset_index(drop=True)
     videos = load_torch(f"{bench_dir}/{split}_videos.pt")
-    text = torch.tensor([encode(q, index, MAX_TEXT) for q in qa.question], dtype=torch.long)
-    target = torch.tensor([index[a] for a in qa.answer], dtype=torch.long)
+    target = None
+    if backbone is None:
+        index = {w: i for i, w in enumerate(build_vocab())}
+        text = torch.tensor([encode(q, index, MAX_TEXT) for q in qa.question], dtype=torch.long)
+        target = torch.tensor([index[a] for a in qa.answer], dtype=torch.long)
+    else:
+        text = backbone.encode(qa)
     return Split(videos, qa, text, target, torch.tensor(qa.video.to_numpy(), dtype=torch.long))
 
 
 def answer_ids() -> torch.Tensor:
+    """Toy-vocabulary ids of the answer tokens."""
     index = {w: i for i, w in enumerate(build_vocab())}
     return torch.tensor([index[w] for w in ANSWER_TOKENS])
 
 
+def as_backbone(model):
+    """A bare ``ToyVLLM`` is wrapped; a backbone adapter passes through."""
+    from components.tricd.backbones import ToyBackbone
+    from components.tricd.model import ToyVLLM
+
+    return ToyBackbone(model) if isinstance(model, ToyVLLM) else model
+
+
 @torch.no_grad()
-def run_pass(model, videos: torch.Tensor, text: torch.Tensor, weight: torch.Tensor | None = None,
-             batch: int = 256, hidden: bool = False):
-    """One forward pass over aligned (video, question) rows -> (Q, 5) answer logits
-    [and the final hidden states (Q, L, d) when ``hidden``]."""
-    ids = answer_ids()
-    outs, hs = [], []
+def run_pass(backbone, videos: torch.Tensor, text, weight: torch.Tensor | None = None,
+             batch: int | None = None, hidden: bool = False, video_idx=None):
+    """One forward pass over (video, question) rows -> (Q, 5) answer logits [and the final
+    hidden states (Q, L, d) and their padding mask (Q, L) when ``hidden``]. ``videos`` are
+    row-aligned, or indexed by ``video_idx`` (Q,) when given (no row-aligned copy is made)."""
+    backbone = as_backbone(backbone)
+    batch = batch or backbone.batch
+    outs, hs, pads = [], [], []
     for s in range(0, len(text), batch):
         w = None if weight is None else weight[s:s + batch]
-        chunk = text[s:s + batch]
-        logits, h = model(videos[s:s + batch], chunk if hidden else trim(chunk), w)
-        outs.append(logits[:, ids])
+        vids = videos[s:s + batch] if video_idx is None else videos[video_idx[s:s + batch]]
+        q, h, pad = backbone.forward(vids.float(), text[s:s + batch], w, hidden)
+        outs.append(q)
         if hidden:
             hs.append(h)
+            pads.append(pad)
     q = torch.cat(outs)
-    return (q, torch.cat(hs)) if hidden else q
+    return (q, torch.cat(hs), torch.cat(pads)) if hidden else q
 
 
 def score(qa: pd.DataFrame, pred) -> dict[str, float]:

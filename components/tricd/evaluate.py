@@ -38,7 +38,7 @@ def temporal_tool_rate(qa, masks: np.ndarray, kind: str) -> float:
 
 def evaluate_stage(cfg, ctx) -> None:
     from components.common.io import load_torch, write_json_atomic, write_table
-    from components.tricd.backbone import load_backbone
+    from components.tricd.backbones import open_backbone
     from components.tricd.decode import load_split
     from components.tricd.policy import (Policy, build_cache, negative_logits, policy_decisions,
                                          positive_logits)
@@ -46,14 +46,14 @@ def evaluate_stage(cfg, ctx) -> None:
     seed = ctx.item["seed"]
     p = cfg.policy
     bench_dir, sal_dir = ctx.inputs["build_benchmark"], ctx.inputs["precompute_saliency"]
-    backbone = load_backbone(ctx.inputs["train_backbone"] / "backbone.pt", cfg.bench, cfg.backbone)
-    policy = Policy(backbone, p.d_router, p.n_queries)
+    backbone = open_backbone(cfg, ctx.inputs["train_backbone"])
+    policy = Policy(backbone, p.d_router, p.n_queries, p.gater_hidden)
     policy.load_state_dict(load_torch(ctx.inputs["train_policy"][str(seed)] / "policy.pt"))
     policy.eval()
     gen = torch.Generator().manual_seed(seed)
     caches = {}
     for split in ("val", "test"):
-        data = load_split(bench_dir, split)
+        data = load_split(bench_dir, split, backbone=backbone)
         caches[split] = (data, build_cache(backbone, data, load_torch(f"{sal_dir}/{split}_saliency.pt")))
 
     def run(cache, masks, beta, a1, a2, q_p=None):
@@ -100,6 +100,7 @@ def evaluate_stage(cfg, ctx) -> None:
         **{f"p_{t}": probs[:, i].tolist() for i, t in enumerate(TOOL_NAMES)}})
     router = {"freq": {t: float(f) for t, f in zip(TOOL_NAMES, masks.mean(0))},
               "n_tools_mean": float(masks.sum(1).mean()), "zero_tool_share": float((~masks.any(1)).mean()),
+              "all_tools_share": float(masks.all(1).mean()),
               "beta_mean": float(beta.mean()), "val_selection_rate": rate,
               "temporal_tool_rate_temporal": temporal_tool_rate(test.qa, masks, "temporal"),
               "temporal_tool_rate_attribute": temporal_tool_rate(test.qa, masks, "attribute"),

@@ -161,12 +161,6 @@ class ToyVLLM(nn.Module):
         return self.head(h[:, -1]), h
 
 
-def trim(text: torch.Tensor, pad_id: int = 0) -> torch.Tensor:
-    """Drop the left-padding columns that every row of the batch has (same result, less work)."""
-    used = (text != pad_id).any(dim=0).nonzero()
-    return text[:, int(used[0]):] if len(used) else text
-
-
 def restricted_logits(logits: torch.Tensor, answer_ids: torch.Tensor) -> torch.Tensor:
     """Logits of the allowed answer tokens only: (B, vocab), (K,) -> (B, K)."""
     return logits[:, answer_ids]

@@ -21,8 +21,7 @@ import torch
 from torch import nn
 
 from components.common.transformer import CrossBlock
-from components.tricd.decode import calibrate, predict, run_pass
-from components.tricd.model import build_vocab, encode
+from components.tricd.decode import as_backbone, calibrate, predict, run_pass
 from components.tricd.saliency import pool_to_tokens, token_weights
 from components.tricd.tools import TOOL_NAMES, TOOL_TEXT, apply_tools
 
@@ -42,7 +41,7 @@ class ToolRouter(nn.Module):
     def forward(self, hidden: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
         """(B, L, d_in), (B, L) True = padding -> tool logits (B, n_tools)."""
         b, n_tools = hidden.shape[0], self.tool_tokens.shape[0]
-        kv = self.in_proj(hidden)
+        kv = self.in_proj(hidden.float())   # the paper backbone's states may be bf16
         q = self.queries.expand(b, -1, -1)
         for block in self.ctx_blocks:
             q = block(q, kv, pad)
@@ -56,59 +55,56 @@ class ToolRouter(nn.Module):
 
 
 class Gater(nn.Module):
-    def __init__(self, d_in: int):
-        super().__init__()  # official 4096 -> 256 -> 64 -> 1; scaled to the toy width
-        self.net = nn.Sequential(nn.Linear(d_in, 64), nn.GELU(), nn.Linear(64, 16), nn.GELU(),
-                                 nn.Linear(16, 1))
+    def __init__(self, d_in: int, hidden: tuple[int, int] = (64, 16)):
+        super().__init__()  # official 4096 -> 256 -> 64 -> 1 (``policy.gater_hidden``)
+        h1, h2 = hidden
+        self.net = nn.Sequential(nn.Linear(d_in, h1), nn.GELU(), nn.Linear(h1, h2), nn.GELU(),
+                                 nn.Linear(h2, 1))
 
     def forward(self, hidden: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
         keep = (~pad).unsqueeze(-1).float()
-        pooled = (hidden * keep).sum(1) / keep.sum(1).clamp_min(1)
+        pooled = (hidden.float() * keep).sum(1) / keep.sum(1).clamp_min(1)
         return torch.sigmoid(self.net(pooled)).squeeze(-1)
 
 
-def tool_token_embeddings(backbone) -> tuple[torch.Tensor, torch.Tensor]:
-    """Tool descriptions read through the backbone's (frozen) word embeddings."""
-    index = {w: i for i, w in enumerate(build_vocab())}
-    length = max(len(TOOL_TEXT[t].split()) for t in TOOL_NAMES)
-    ids = torch.tensor([encode(TOOL_TEXT[t], index, length + 1)[:-1] for t in TOOL_NAMES])
-    with torch.no_grad():
-        emb = backbone.tok_emb(ids)
-    return emb, ids == 0
-
-
 class Policy(nn.Module):
-    def __init__(self, backbone, d_router: int, n_queries: int):
+    def __init__(self, backbone, d_router: int, n_queries: int, gater_hidden=(64, 16)):
+        """``backbone``: a ``backbones`` adapter (or a bare ToyVLLM); the tool descriptions are
+        read through it once (frozen), as the official code caches them."""
         super().__init__()
-        d = backbone.tok_emb.embedding_dim
-        tokens, pad = tool_token_embeddings(backbone)
-        self.router = ToolRouter(d, d_router, n_queries, tokens, pad)
-        self.gater = Gater(d)
+        backbone = as_backbone(backbone)
+        tokens, pad = backbone.describe([TOOL_TEXT[t] for t in TOOL_NAMES])
+        self.router = ToolRouter(backbone.d_model, d_router, n_queries, tokens.float(), pad)
+        self.gater = Gater(backbone.d_model, tuple(gater_hidden))
 
 
 @dataclass
 class Cache:
     """Everything about a split that does not depend on the policy (backbone is frozen)."""
-    videos: torch.Tensor       # (Q, T, H, W, 3) float, aligned with the questions
-    text: torch.Tensor
+    frames: torch.Tensor       # (N, T, H, W, 3) uint8: the split's videos
+    video_idx: torch.Tensor    # (Q,) row -> video
+    text: object               # the backbone's encoding of the questions
     tasks: np.ndarray
     answers: np.ndarray
     q_o: torch.Tensor          # (Q, 5) original-pass logits
     hidden: torch.Tensor       # (Q, L, d)
     pad: torch.Tensor          # (Q, L) True = padding token
-    w_m: torch.Tensor          # (Q, T, P) motion saliency on the token grid
+    w_m: torch.Tensor          # (N, T', P) motion saliency on the token grid, per video
     w_v: torch.Tensor
+
+    def video(self, row: int) -> torch.Tensor:
+        return self.frames[int(self.video_idx[row])].float()
 
 
 def build_cache(backbone, split, saliency: dict) -> Cache:
-    videos = split.videos[split.video_idx].float()
-    q_o, hidden = run_pass(backbone, videos, split.text, hidden=True)
-    n = len(split.text)     # hidden layout: [question words][visual tokens][<ans>]
-    pad = torch.cat([split.text[:, :-1] == 0, torch.zeros(n, backbone.n_visual + 1, dtype=torch.bool)], dim=1)
+    backbone = as_backbone(backbone)
+    q_o, hidden, pad = run_pass(backbone, split.videos, split.text, hidden=True, video_idx=split.video_idx)
     # saliency pooled to the visual-token grid (the official code pools to the merged tokens)
-    w_m = pool_to_tokens(saliency["motion"].float(), backbone.token_px, backbone.tpatch)[split.video_idx]
-    w_v = pool_to_tokens(saliency["visual"].float(), backbone.token_px, backbone.tpatch)[split.video_idx]
-    return Cache(videos, split.text, split.tasks, split.qa.answer.to_numpy(), q_o, hidden, pad, w_m, w_v)
+    pool = saliency.get("pool_px", 1)
+    w_m = pool_to_tokens(saliency["motion"].float(), backbone.token_px // pool, backbone.tpatch)
+    w_v = pool_to_tokens(saliency["visual"].float(), backbone.token_px // pool, backbone.tpatch)
+    return Cache(split.videos, split.video_idx, split.text, split.tasks, split.qa.answer.to_numpy(),
+                 q_o, hidden, pad, w_m, w_v)
 
 
 def negative_logits(backbone, cache: Cache, rows, masks: np.ndarray, tool_cfg, generator) -> torch.Tensor:
@@ -117,7 +113,7 @@ def negative_logits(backbone, cache: Cache, rows, masks: np.ndarray, tool_cfg, g
     q_n = cache.q_o[rows].clone()
     active = np.flatnonzero(masks.any(axis=1))
     if len(active):
-        neg = torch.stack([apply_tools(cache.videos[rows[i]], masks[i], keep=tool_cfg.sample_keep,
+        neg = torch.stack([apply_tools(cache.video(rows[i]), masks[i], keep=tool_cfg.sample_keep,
                                        shuffle_seed=tool_cfg.shuffle_seed, blur_sigma=tool_cfg.blur_sigma,
                                        noise_std=tool_cfg.noise_std, generator=generator)
                            for i in active])
@@ -127,8 +123,9 @@ def negative_logits(backbone, cache: Cache, rows, masks: np.ndarray, tool_cfg, g
 
 def positive_logits(backbone, cache: Cache, rows, beta: torch.Tensor) -> torch.Tensor:
     rows = np.asarray(rows)
-    w = token_weights(cache.w_m[rows], cache.w_v[rows], beta.detach()).flatten(1)
-    return run_pass(backbone, cache.videos[rows], cache.text[rows], weight=w)
+    vids = cache.video_idx[rows]
+    w = token_weights(cache.w_m[vids], cache.w_v[vids], beta.detach()).flatten(1)
+    return run_pass(backbone, cache.frames, cache.text[rows], weight=w, video_idx=vids)
 
 
 @torch.no_grad()
@@ -231,7 +228,7 @@ def reinforce_epoch(backbone, policy: Policy, cache: Cache, opt, pcfg, rng: np.r
 def train_policy_stage(cfg, ctx) -> None:
     from components.common.io import load_torch, save_torch, write_table
     from components.common.seeds import seed_everything
-    from components.tricd.backbone import load_backbone
+    from components.tricd.backbones import open_backbone
     from components.tricd.decode import load_split
 
     seed = ctx.item["seed"]
@@ -239,12 +236,12 @@ def train_policy_stage(cfg, ctx) -> None:
     gen = torch.Generator().manual_seed(seed)
     p = cfg.policy
     bench_dir, sal_dir = ctx.inputs["build_benchmark"], ctx.inputs["precompute_saliency"]
-    backbone = load_backbone(ctx.inputs["train_backbone"] / "backbone.pt", cfg.bench, cfg.backbone)
-    train = load_split(bench_dir, "train", limit=p.train_limit)
-    val = load_split(bench_dir, "val", limit=p.val_limit)
+    backbone = open_backbone(cfg, ctx.inputs["train_backbone"])
+    train = load_split(bench_dir, "train", limit=p.train_limit, backbone=backbone)
+    val = load_split(bench_dir, "val", limit=p.val_limit, backbone=backbone)
     train_cache = build_cache(backbone, train, load_torch(f"{sal_dir}/train_saliency.pt"))
     val_cache = build_cache(backbone, val, load_torch(f"{sal_dir}/val_saliency.pt"))
-    policy = Policy(backbone, p.d_router, p.n_queries)
+    policy = Policy(backbone, p.d_router, p.n_queries, p.gater_hidden)
     opt = torch.optim.AdamW(policy.parameters(), lr=p.lr, weight_decay=p.weight_decay)
     state, steps, curve = {"baseline": 0.0}, 0, []
     best, best_state, bad = -1.0, None, 0
@@ -253,6 +250,8 @@ def train_policy_stage(cfg, ctx) -> None:
         val_macro, masks = evaluate_policy(backbone, policy, val_cache, p, seed)
         freq = masks.mean(0)
         curve.append({"epoch": epoch, "val_macro": val_macro, "n_tools": float(masks.sum(1).mean()),
+                      "zero_tool_share": float((~masks.any(1)).mean()),
+                      "all_tools_share": float(masks.all(1).mean()),
                       **{f"freq_{t}": float(f) for t, f in zip(TOOL_NAMES, freq)}})
         ctx.log_metric("policy/val_macro", val_macro, step=epoch)
         ctx.progress(epoch, p.max_epochs, f"epoch {epoch} val macro {val_macro:.3f}")
@@ -269,7 +268,8 @@ def train_policy_stage(cfg, ctx) -> None:
     best_epoch = max(curve, key=lambda c: c["val_macro"])   # the kept policy's tool choices on val
     ctx.write_metrics({"best_val_macro": best, "epochs": len(curve), "updates": steps,
                        "val_base_macro": _base_macro(val_cache),
-                       **{f"val_{k}": v for k, v in best_epoch.items() if k.startswith("freq_")}})
+                       **{f"val_{k}": v for k, v in best_epoch.items()
+                          if k.startswith("freq_") or k.endswith("_share")}})
 
 
 def _base_macro(cache: Cache) -> float:

@@ -41,6 +41,7 @@ def criteria(per_seed: list[dict]) -> dict:
     # the tool-choice distribution of each seed's router on test (collapse shows up here)
     out["router_freq_per_seed"] = [r["router"]["freq"] for r in per_seed]
     out["router_zero_tool_share_per_seed"] = [r["router"]["zero_tool_share"] for r in per_seed]
+    out["router_all_tools_share_per_seed"] = [r["router"].get("all_tools_share", float("nan")) for r in per_seed]
     return out
 
 
@@ -97,6 +98,7 @@ def report_stage(cfg, ctx) -> None:
                     "c3_gain": crit["C3_tricd_minus_random_router"], "c4_gap": crit["C4_gap"]})
     metrics.update({f"{v}_macro": table[v]["macro"] for v in VARIANTS})
     metrics["router_zero_tool_share"] = float(np.mean(crit["router_zero_tool_share_per_seed"]))
+    metrics["router_all_tools_share"] = float(np.mean(crit["router_all_tools_share_per_seed"]))
     metrics.update({"base_compositional": table["base"]["compositional"],
                     "tricd_compositional": table["tricd"]["compositional"],
                     "base_isolated": table["base"]["isolated"], "tricd_isolated": table["tricd"]["isolated"]})
