@@ -8,7 +8,7 @@ from components.common.io import read_table
 from tests.decodertcr.tables_layout import write_tables
 from tests.paper.harness import run_paper_shape
 
-pytestmark = pytest.mark.paper_shape
+pytestmark = [pytest.mark.paper_shape, pytest.mark.slow]   # ~100 s on 2 cores (CI time)
 
 VARIANTS = ("curriculum", "paired_only", "marginal_only", "backbone_only")
 SHRINK = [
