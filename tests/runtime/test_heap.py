@@ -8,13 +8,27 @@ import sys
 import pytest
 
 PROBE = r"""
-import json, resource, sys
+import ctypes, json, resource, sys
 import torch
 from components.common.tiny_models import build_tiny
 from flows.runtime.heap import keep_freed_memory
 
 torch.set_num_threads(1)
 kept = keep_freed_memory() if sys.argv[1] == "keep" else None
+
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in
+                "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
+
+
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype, libc.malloc.restype = MallInfo2, ctypes.c_void_p
+libc.malloc.argtypes, libc.free.argtypes = [ctypes.c_size_t], [ctypes.c_void_p]
+mapped_before = libc.mallinfo2().hblkhd
+block = libc.malloc(8 << 20)     # a training step's tensor size: mapped on its own, or from the heap?
+mapped_8mb = libc.mallinfo2().hblkhd - mapped_before >= 8 << 20
+libc.free(block)
 # the small profile's policy shape (hidden 64, 2 layers, 262 tokens) on one GRPO step's batch
 model = build_tiny("qwen3", seed=0, vocab_size=262, hidden_size=64, intermediate_size=256, num_hidden_layers=2,
                    num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=128).train()
@@ -34,7 +48,7 @@ for _ in range(3):   # the heap grows to the step's working set
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 losses = [step() for _ in range(20)]
 faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
-print(json.dumps({"kept": kept, "faults": faults, "losses": losses}))
+print(json.dumps({"kept": kept, "mapped_8mb": mapped_8mb, "faults": faults, "losses": losses}))
 """
 
 
@@ -44,13 +58,16 @@ def _probe(mode: str) -> dict:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc mallopt")
-def test_keep_freed_memory_cuts_page_faults_and_changes_no_number():
+def test_keep_freed_memory_keeps_big_blocks_in_the_heap_and_changes_no_number():
     default, kept = _probe("default"), _probe("keep")
     assert kept["kept"] is True
     assert kept["losses"] == default["losses"]             # bit-identical training
-    # the default thresholds fault the step's tensors back in on every step (~700 pages per
-    # step here, ~4x fewer kept; a 60-step GRPO probe of the small profile: 564k -> 41k)
-    assert kept["faults"] * 2 < default["faults"], (kept["faults"], default["faults"])
+    # glibc's default maps an 8 MB block on its own (and unmaps it on free, so its pages fault
+    # in again on reuse); kept, it comes from the heap. Page-fault counts themselves are not
+    # asserted: over 20 steps they vary run to run (glibc's mmap threshold adapts), and an
+    # earlier version of this test that compared them failed about half the time. Measured
+    # in runs instead: orbit's committed run 24.9M -> 16.5M minor faults.
+    assert default["mapped_8mb"] is True and kept["mapped_8mb"] is False
 
 
 def test_run_stage_keeps_freed_memory_before_the_stage_runs(monkeypatch, tmp_path):
