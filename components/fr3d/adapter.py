@@ -32,7 +32,8 @@ class AdapterError(ValueError):
 def _build_tiny(args: dict):
     from components.fr3d.teacher import TinyCUT3R
 
-    return TinyCUT3R(int(args["dim"]), int(args["state_tokens"]), int(args["heads"]))
+    return TinyCUT3R(int(args["dim"]), int(args["state_tokens"]), int(args["heads"]),
+                     int(args.get("mix_layers", 1)), int(args.get("max_shift", 0)))
 
 
 def _build_cut3r(args: dict):

@@ -31,7 +31,7 @@ class Scenes(Section):
     speed_range: list[float] = [6.0, 10.0]   # ego speed, m/s
     turn_radius_range: list[float] = [14.0, 30.0]
     first_straight_range: list[float] = [5.0, 25.0]   # road start -> first possible turn, m
-    data_seed: int = 2027           # v2 (fresh); calibration used 2026
+    data_seed: int = 2028           # v3 (fresh; v2 2027); calibration used 2026
     train: Domain = Domain(height=32, width=48, fov_deg=60.0, n_seq=300)
     test: Domain = Domain(height=32, width=48, fov_deg=60.0, n_seq=80)       # A-test
     kitti_like: Domain = Domain(height=24, width=80, fov_deg=80.0, n_seq=80)  # B
@@ -53,6 +53,8 @@ class Teacher(Section):
     dim: int = 64
     state_tokens: int = 16
     heads: int = 4
+    mix_layers: int = 2             # self-attention blocks after the state read (v2: 1)
+    max_shift: int = 8              # cost volume of the frame pair (pixels); 0 = none (v2)
     steps: int = 1000
     batch_size: int = 8
     clip_frames: int = 16           # frames per training clip: >= every sequence it encodes
@@ -60,7 +62,7 @@ class Teacher(Section):
     pose_weight: float = 5.0
     rot_weight: float = 50.0        # rotation (6D) vs translation inside the pose loss (calibrated)
     fov_weight: float = 0.5
-    seed: int = 1                   # v2 (fresh); calibration used 0
+    seed: int = 2                   # v3 (fresh; v2 1); calibration used 0
 
 
 class Forecaster(Section):
@@ -73,14 +75,14 @@ class Forecaster(Section):
     context: int = 4
     rollout: int = 5                 # max autoregressive training steps
     ar_ramp: float = 0.6             # share of training over which the rollout length ramps 1 -> rollout
-    steps: int = 300                 # calibrated on validation: converged (see CLAIMS.md)
+    steps: int = 150                 # v2: 300; cut for the 8-minute budget (see CLAIMS.md)
     batch_size: int = 16
     lr: float = 1e-3
-    warmup: int = 15
+    warmup: int = 10
     pose_weight: float = 10.0        # lambda in L = L_spatial + lambda * L_pose
     beta: float = 0.1                # smooth-L1 beta
     decoder_steps: int = 150         # depth decoder of the 2D-feature baseline (domain A only)
-    log_every: int = 20
+    log_every: int = 25
     eval_every_logs: int = 2         # validation loss every log_every * eval_every_logs steps
     # the baselines the criteria compare with; "scene_only" (CUT3R-Foresight) is available but
     # judged by no criterion, so it is left out of the 8-minute small run
@@ -88,7 +90,7 @@ class Forecaster(Section):
 
 
 class Evaluate(Section):
-    horizons: list[int] = [1, 3, 5, 10]   # steps of 0.2 s: 0.2, 0.6, 1.0, 2.0 s
+    horizons: list[int] = [1, 5, 10]      # steps of 0.2 s: 0.2, 1.0, 2.0 s (v2 also 0.6 s)
     context_end: int = 5                   # last context frame index of the eval window
     turn_deg: float = 15.0                 # |yaw change| over the forecast window for "turning"
     batch_size: int = 50
@@ -113,7 +115,7 @@ class Paper(Section):
 
 
 class Fr3dConfig(MethodConfig):
-    seeds: list[int] = [3, 4, 5]     # v2 (fresh); calibration used 0
+    seeds: list[int] = [6, 7, 8]     # v3 (fresh; v2 3-5); calibration used 0
     scenes: Scenes = Scenes()
     teacher: Teacher = Teacher()
     forecaster: Forecaster = Forecaster()

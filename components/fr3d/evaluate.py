@@ -57,14 +57,15 @@ def forecast_all(teacher, models: dict, tokens: dict, ce: int, n_ahead: int, con
                 f_ctx = normalise(tokens[key][sl, lo:hi], stats, key)
                 z_ctx = normalise(z[sl, lo:hi], stats, "z") if variant in POSE_VARIANTS else None
                 f_pred, z_pred = rollout(model, f_ctx, z_ctx, grid, n_ahead)
-                f_pred = denormalise(f_pred, stats, key)
                 if decoder is not None:
+                    # the 2D decoder was trained on normalised features (train_depth_decoder)
                     add(name, "depth", unpatchify(decoder(f_pred), *grid).exp())
                     # the same decoder on the last context frame: this forecaster's own copy-last
-                    last = unpatchify(decoder(tokens[key][sl, ce].float()), *grid).exp()
+                    last = normalise(tokens[key][sl, ce], stats, key)
+                    last = unpatchify(decoder(last), *grid).exp()
                     add(f"{name}_copy_last", "depth", last[:, None].expand(-1, n_ahead, -1, -1))
                 else:
-                    add(name, "depth", teacher.decode_depth(f_pred, grid))
+                    add(name, "depth", teacher.decode_depth(denormalise(f_pred, stats, key), grid))
                 if z_pred is not None:
                     add(name, "motion", teacher.decode_pose(denormalise(z_pred, stats, "z")).double())
     return {m: {k: np.concatenate(v) for k, v in d.items()} for m, d in out.items()}

@@ -1,7 +1,8 @@
 """CUT3R-tiny: the stand-in for the frozen 3D foundation model (pre-trained here, then frozen).
 
-Per frame, a patch-8 CNN encoder turns the image, its difference to the previous frame (the
-cue for ego-motion, as the frame pairs a pose network sees) and normalised pixel coordinates
+Per frame, a patch-8 CNN encoder turns the image, its difference to the previous frame and a
+small cost volume of the frame pair (matching costs at horizontal and vertical pixel shifts: the
+cues for ego-motion that a pose network's frame pair gives) and normalised pixel coordinates
 (so any image shape works) into spatial tokens. A learned pose query joins them; the tokens read a
 persistent recurrent state (16 x 64) by cross-attention, mix by self-attention, and the state
 is written back from the tokens (CUT3R's read/write). Outputs per frame: the pose token z_t and
@@ -31,6 +32,7 @@ from components.fr3d.nn import MLP, SelfBlock
 PATCH = 8
 IDENTITY_9D = torch.tensor([1.0, 0, 0, 0, 1, 0, 0, 0, 0])
 DIFF_GAIN = 8.0
+COST_GAIN = 4.0
 TEACHER_REF = "teacher_ref.json"     # paper profile: which checkpoint folder is the teacher
 
 
@@ -38,6 +40,24 @@ def depth_head(dim: int) -> nn.Module:
     head = MLP(dim, 2 * dim, PATCH * PATCH)
     nn.init.constant_(head[-1].bias, float(np.log(15.0)))
     return head
+
+
+def n_shift_costs(max_shift: int) -> int:
+    return 0 if max_shift <= 0 else (2 * max_shift + 1) + 2 * (max_shift // 2)
+
+
+def shift_costs(rgb: torch.Tensor, prev: torch.Tensor, max_shift: int) -> torch.Tensor:
+    """Per-pixel matching cost |frame(x) - previous(x + s)| (mean over colour) for horizontal
+    shifts s in -max..max and vertical shifts in +-1..max/2 pixels: a small cost volume, the
+    evidence a pose network reads camera rotation (mostly horizontal image motion) from."""
+    h, w = rgb.shape[-2:]
+    mv = max_shift // 2
+    padded = fn.pad(prev, (max_shift, max_shift, mv, mv), mode="replicate")
+    costs = [(rgb - padded[..., mv:mv + h, max_shift + s:max_shift + s + w]).abs().mean(1)
+             for s in range(-max_shift, max_shift + 1)]
+    costs += [(rgb - padded[..., mv + s:mv + s + h, max_shift:max_shift + w]).abs().mean(1)
+              for s in range(-mv, mv + 1) if s]
+    return torch.stack(costs, 1)
 
 
 def unpatchify(patches: torch.Tensor, h: int, w: int) -> torch.Tensor:
@@ -50,17 +70,19 @@ def unpatchify(patches: torch.Tensor, h: int, w: int) -> torch.Tensor:
 class TinyCUT3R(nn.Module):
     patch = PATCH
 
-    def __init__(self, dim: int = 64, state_tokens: int = 16, heads: int = 4):
+    def __init__(self, dim: int = 64, state_tokens: int = 16, heads: int = 4,
+                 mix_layers: int = 1, max_shift: int = 0):
         super().__init__()
-        self.dim = dim
+        self.dim, self.max_shift = dim, max_shift
         self.encoder = nn.Sequential(
-            nn.Conv2d(8, 32, 3, 2, 1), nn.GELU(), nn.Conv2d(32, 48, 3, 2, 1), nn.GELU(),
+            nn.Conv2d(8 + n_shift_costs(max_shift), 32, 3, 2, 1), nn.GELU(),
+            nn.Conv2d(32, 48, 3, 2, 1), nn.GELU(),
             nn.Conv2d(48, dim, 3, 2, 1), nn.GELU(), nn.Conv2d(dim, dim, 1))
         self.state0 = nn.Parameter(torch.randn(state_tokens, dim) * 0.02)
         self.pose_query = nn.Parameter(torch.randn(dim) * 0.02)
         self.pose_pool = nn.Linear(dim, dim)        # pooled frame-pair evidence -> pose query
         self.read = CrossBlock(dim, heads, ff_mult=4)
-        self.mix = SelfBlock(dim, heads)
+        self.mix = nn.Sequential(*(SelfBlock(dim, heads) for _ in range(mix_layers)))
         self.write = CrossBlock(dim, heads, ff_mult=4)
         self.depth_head = depth_head(dim)
         self.pose_head = MLP(dim, 2 * dim, 9)
@@ -76,7 +98,10 @@ class TinyCUT3R(nn.Module):
         yy, xx = torch.meshgrid(ys, xs, indexing="ij")
         coords = torch.stack([xx, yy]).expand(b, 2, h, w)
         # the difference is amplified: a one-pixel shift changes few intensities by little
-        feats = self.encoder(torch.cat([rgb * 2 - 1, (rgb - prev) * DIFF_GAIN, coords], 1))
+        parts = [rgb * 2 - 1, (rgb - prev) * DIFF_GAIN, coords]
+        if self.max_shift:
+            parts.append(shift_costs(rgb, prev, self.max_shift) * COST_GAIN)
+        feats = self.encoder(torch.cat(parts, 1))
         return feats.flatten(2).transpose(1, 2)
 
     def step(self, enc: torch.Tensor, state: torch.Tensor):
@@ -166,7 +191,7 @@ def pretrain_teacher_stage(cfg, ctx) -> None:
         g["rel9"] = np.concatenate([matrix_to_rot6d(torch.from_numpy(
             relative_poses(g["pose"].astype(np.float64))[..., :3, :3])).numpy(),
             relative_poses(g["pose"].astype(np.float64))[..., :3, 3]], -1).astype(np.float32)
-    model = TinyCUT3R(tc.dim, tc.state_tokens, tc.heads)
+    model = TinyCUT3R(tc.dim, tc.state_tokens, tc.heads, tc.mix_layers, tc.max_shift)
 
     def batches():
         while True:
@@ -201,7 +226,8 @@ def pretrain_teacher_stage(cfg, ctx) -> None:
         p.requires_grad_(False)
     save_torch(ctx.out_dir / "teacher.pt", {"state_dict": model.state_dict(),
                                             "dim": tc.dim, "state_tokens": tc.state_tokens,
-                                            "heads": tc.heads})
+                                            "heads": tc.heads, "mix_layers": tc.mix_layers,
+                                            "max_shift": tc.max_shift})
     n_params = sum(p.numel() for p in model.parameters())
     write_json_atomic(ctx.out_dir / "summary.json", {"n_params": n_params})
     ctx.write_metrics({"final_loss": records[-1]["teacher/loss"], "n_params": n_params})
@@ -228,7 +254,8 @@ def load_teacher(teacher_dir):
     if (teacher_dir / TEACHER_REF).is_file():
         return load_teacher_checkpoint(read_json(teacher_dir / TEACHER_REF)["checkpoint"])
     blob = load_torch(teacher_dir / "teacher.pt")
-    model = TinyCUT3R(blob["dim"], blob["state_tokens"], blob["heads"])
+    model = TinyCUT3R(blob["dim"], blob["state_tokens"], blob["heads"],
+                      blob.get("mix_layers", 1), blob.get("max_shift", 0))
     model.load_state_dict(blob["state_dict"])
     model.eval()
     for p in model.parameters():

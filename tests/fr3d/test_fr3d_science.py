@@ -328,3 +328,61 @@ def test_ground_truth_yardsticks_are_exact_where_they_should_be():
     assert pose_row["ate"] == pytest.approx(0.0, abs=1e-6)
     depth_row = next(r for r in rows if r["method"] == "gt_copy_last")
     assert 0 < depth_row["absrel"] < 1
+
+
+def test_shift_cost_volume_is_zero_at_the_true_image_motion():
+    # the teacher's pose pathway reads camera rotation from a cost volume of the frame pair:
+    # a frame that is the previous one moved 3 px right (or 1 px down) matches at that shift
+    from components.fr3d.teacher import n_shift_costs, shift_costs
+
+    prev = torch.rand(1, 3, 12, 30)
+    right = torch.roll(prev, 3, -1)
+    costs = shift_costs(right, prev, 4)
+    assert costs.shape == (1, n_shift_costs(4), 12, 30)
+    inner = costs[0, :, :, 5:25].mean((1, 2))          # away from the replicated border
+    assert int(inner[:9].argmin()) == 4 - 3 and inner[4 - 3] == 0
+    down = torch.roll(prev, 1, -2)
+    inner = shift_costs(down, prev, 4)[0, :, 2:10, :].mean((1, 2))
+    assert int(inner.argmin()) == 9 + 1 and inner[9 + 1] == 0   # vertical shifts -2, -1, 1, 2
+
+
+def test_teacher_checkpoint_keeps_its_architecture(tmp_path):
+    # the pose pathway and depth mixing are constructor args: a saved teacher reloads as built
+    from components.fr3d.adapter import load_teacher_checkpoint, save_teacher_checkpoint
+    from components.fr3d.teacher import TinyCUT3R
+
+    torch.manual_seed(0)
+    args = dict(dim=16, state_tokens=4, heads=2, mix_layers=2, max_shift=4)
+    model = TinyCUT3R(**args)
+    save_teacher_checkpoint(model, tmp_path / "t", "tiny_cut3r", **args)
+    loaded = load_teacher_checkpoint(tmp_path / "t")
+    x = torch.rand(1, 3, 3, 16, 24)
+    with torch.no_grad():
+        assert torch.allclose(model.eval()(x)[0], loaded(x)[0])
+
+
+def test_2d_decoder_reads_features_as_normalised_in_training():
+    # bug (v1, v2): the 2D baseline's depth decoder was trained on normalised encoder features
+    # but evaluated on raw ones (forecast and its copy-last), so its depth came from inputs it
+    # never saw in training
+    from components.fr3d.evaluate import forecast_all
+    from components.fr3d.forecaster import build, normalise, token_stats
+    from components.fr3d.teacher import TinyCUT3R, depth_head, unpatchify
+    from components.fr3d.config import Fr3dConfig
+
+    torch.manual_seed(0)
+    fc = Fr3dConfig.for_profile("smoke").forecaster
+    n, t, grid, d = 3, 8, (2, 3), 16
+    tokens = {"z": torch.randn(n, t, d), "F": torch.randn(n, t, 6, d),
+              "enc": torch.randn(n, t, 6, d) * 5 + 3, "grid": grid}
+    stats = token_stats(tokens)
+    decoder = depth_head(d)
+    model = build("feat2d", fc.model_copy(update={"dim": 16}), d).eval()
+    teacher = TinyCUT3R(dim=d, state_tokens=4, heads=2).eval()
+    out = forecast_all(teacher, {"feat2d": ("feat2d", model, stats, decoder)}, tokens, ce=5,
+                       n_ahead=2, context=4, batch=n)
+    with torch.no_grad():
+        expected = unpatchify(decoder(normalise(tokens["enc"][:, 5], stats, "enc")), *grid).exp()
+        # an untrained forecaster copies the last frame, so its forecast decodes to the same
+        np.testing.assert_allclose(out["feat2d_copy_last"]["depth"][:, 0], expected.numpy(), rtol=1e-5)
+        np.testing.assert_allclose(out["feat2d"]["depth"][:, 0], expected.numpy(), rtol=1e-5)

@@ -25,7 +25,7 @@ def test_fr3d_smoke_end_to_end(tmp_path):
     assert set(scores.split) == {"test", "kitti_like", "nuscenes_like"}
     assert set(scores.method) == {"oracle", "copy_last", "const_vel", "fr3d", "no_share",
                                   "feat2d", "feat2d_copy_last", "gt_copy_last", "gt_const_vel"}
-    assert set(scores.horizon) == {1, 3, 5, 10}
+    assert set(scores.horizon) == {1, 5, 10}
     depth = scores.dropna(subset=["absrel"])
     assert set(depth.method) == {"oracle", "copy_last", "fr3d", "no_share", "feat2d",
                                  "feat2d_copy_last", "gt_copy_last"}
