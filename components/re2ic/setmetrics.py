@@ -69,9 +69,20 @@ def frechet_distance(mu_a, cov_a, mu_b, cov_b) -> float:
 
 
 def fid(feats_a: np.ndarray, feats_b: np.ndarray) -> float:
-    """Fréchet distance of Gaussians fitted to two feature sets (rows = samples)."""
-    return frechet_distance(feats_a.mean(0), np.cov(feats_a, rowvar=False),
-                            feats_b.mean(0), np.cov(feats_b, rowvar=False))
+    """Fréchet distance of Gaussians fitted to two feature sets (rows = samples). With fewer
+    samples than dimensions (a few dozen patches, 512 features) the covariances are singular
+    and a matrix square root would add sqrt-of-rounding noise, so it is taken from the samples:
+    with centred X_a (m x d), X_b (n x d), the eigenvalues of C_a C_b are the squared singular
+    values of X_a X_b^T / sqrt((m-1)(n-1)), and tr (C_a C_b)^(1/2) is their sum."""
+    xa, xb = feats_a - feats_a.mean(0), feats_b - feats_b.mean(0)
+    m, n = len(xa), len(xb)
+    if min(m, n) > xa.shape[1]:                  # many samples: the d x d route is cheaper
+        return frechet_distance(feats_a.mean(0), np.cov(feats_a, rowvar=False),
+                                feats_b.mean(0), np.cov(feats_b, rowvar=False))
+    cross = np.linalg.svd(xa @ xb.T, compute_uv=False).sum() / np.sqrt((m - 1) * (n - 1))
+    trace_a, trace_b = np.sum(xa * xa) / (m - 1), np.sum(xb * xb) / (n - 1)
+    mean_gap = np.sum((feats_a.mean(0) - feats_b.mean(0)) ** 2)
+    return float(mean_gap + trace_a + trace_b - 2 * cross)
 
 
 def kid(feats_a: np.ndarray, feats_b: np.ndarray) -> float:
@@ -89,9 +100,9 @@ def kid(feats_a: np.ndarray, feats_b: np.ndarray) -> float:
 def set_quality(net, originals, decoded, patch: int, metrics) -> dict[str, float]:
     """``metrics`` (of SET_METRICS) between the patches of the originals and of their decoded
     versions (the same images, so the same patch grid)."""
-    fa = patch_features(net, image_patches(originals, patch))
-    fb = patch_features(net, image_patches(decoded, patch))
-    if len(fa) < 2:
+    pa, pb = image_patches(originals, patch), image_patches(decoded, patch)
+    if len(pa) < 2:
         raise ValueError(f"quality.patch = {patch}: fewer than 2 patches in the test images")
+    fa, fb = patch_features(net, pa), patch_features(net, pb)
     funcs = {"fid_vgg": fid, "kid_vgg": kid}
     return {name: funcs[name](fb, fa) for name in metrics} | {"n_patches": len(fa)}
