@@ -32,7 +32,8 @@ METHOD = Method(
               params=("metric_eval", "distortion"), deps=("load_images",),
               description="WD / WA-WD vs severity of blur, noise, JPEG; texture resampling"),
         Stage("evaluate", f"{M}.evaluate:evaluate_stage",
-              params=("codec", "quality"), deps=("load_images", "fit_codec", "decode", "metric_eval"),
+              params=("codec", "distortion", "quality"),
+              deps=("load_images", "fit_codec", "decode", "metric_eval"),
               description="Premise (validation), claims (test), BD-rates, RD curves, convergence"),
     ),
 )

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from components.common.devices import resolve_device
-from components.common.io import write_bytes_atomic, write_json_atomic
+from components.common.io import read_json, write_bytes_atomic, write_json_atomic
 from components.common.seeds import seed_everything
 from components.common.train import fit
 from components.re2ic import coder
@@ -274,8 +274,12 @@ def fit_codec_stage(cfg, ctx) -> None:
     loss, seed = ctx.item["loss"], int(ctx.item["seed"])
     crops = dict(np.load(ctx.inputs["load_images"] / "images.npz"))
     regions = dict(np.load(ctx.inputs["saliency"] / "regions.npz"))
+    validation = read_json(ctx.inputs["load_images"] / "images.json")["validation"]
+    names = crops_to_fit(list(crops), validation, seed, cfg.seeds, cfg.codec.validation_seeds)
     lambdas = cfg.codec.lambdas[loss]
-    log, jobs = {}, [(i, name, lam) for i, name in enumerate(crops) for lam in lambdas]
+    # i is the crop's index among all crops, so a crop's noise seed does not depend on which
+    # crops this item fits
+    log, jobs = {}, [(i, name, lam) for i, name in enumerate(crops) if name in names for lam in lambdas]
     for done, (i, name, lam) in enumerate(jobs, 1):
         data, recon, record = fit_one(crops[name], regions, name, loss, float(lam), seed,
                                       noise_seed=seed * 1000 + i, cfg=cfg, ctx=ctx,
@@ -288,6 +292,14 @@ def fit_codec_stage(cfg, ctx) -> None:
     write_json_atomic(ctx.out_dir / "fit_log.json", log)
     ctx.write_metrics({"mean_bpp": float(np.mean([v["bpp"] for v in log.values()])),
                        "max_final_loss_change": max(_tail_change(v["curve"]) for v in log.values())})
+
+
+def crops_to_fit(names: list[str], validation: list[str], seed: int, seeds: list[int],
+                 validation_seeds: int) -> list[str]:
+    """Every test crop; the validation crops only on the first ``validation_seeds`` seeds
+    (0 = every seed): they serve the premise checks, not the claims."""
+    on_validation = validation_seeds <= 0 or seed in list(seeds)[:validation_seeds]
+    return [n for n in names if on_validation or n not in validation]
 
 
 def _tail_change(curve: list[float]) -> float:

@@ -12,6 +12,7 @@ from components.common.io import read_bytes, read_json, write_json_atomic, write
 from components.re2ic.codec import hific_decoder_macs_per_pixel, macs_per_pixel, read_bitstream, reconstruct
 from components.re2ic.images import blocks_to_pixels
 from components.re2ic.features import make_features
+from components.re2ic.setmetrics import PooledVGG, set_quality
 from components.re2ic.wd import haar_dwt, multi_wd, wavelet_wd
 
 
@@ -316,7 +317,8 @@ def evaluate_stage(cfg, ctx) -> None:
     for r in rows:
         by_curve.setdefault((r["image"], r["seed"], r["loss"]), []).append(r)
     test_pairs = [(n, s) for n in splits["test"] for s in seeds]
-    val_pairs = [(n, s) for n in splits["validation"] for s in seeds]
+    # the validation crops are fitted on the first codec.validation_seeds seeds only
+    val_pairs = [(n, s) for n in splits["validation"] for s in seeds if (n, s, "mse") in by_curve]
     c = cfg.codec
     macs = macs_per_pixel(c.latent_levels, c.hidden, c.noise_channels)
     premise = premise_checks(by_curve, val_pairs, losses) if val_pairs else {}
@@ -335,10 +337,12 @@ def evaluate_stage(cfg, ctx) -> None:
     bd_mean = {f"{l}_vs_mse_{q}": bd_rate(mean_curves["mse"], mean_curves[l], q, hb)
                for l in losses if l != "mse" and "mse" in losses for q, hb in qualities}
     conv = convergence(fit_logs)
+    set_curves = set_quality_curves(cfg, ctx.inputs, test_rows)
     write_json_atomic(ctx.out_dir / "claims.json", {"premise": premise, "claims": claims,
                                                     "bd_rate_percent": bd, "convergence": conv,
                                                     "mean_rd_curves": mean_curves,
-                                                    "bd_rate_mean_curves_percent": bd_mean})
+                                                    "bd_rate_mean_curves_percent": bd_mean,
+                                                    "set_quality_curves": set_curves})
     panels = ("psnr", "wd", "hf_ratio", "texture_dist", *quality)
     _plot_curves(test_rows, splits["test"][:_MAX_IMAGE_PANELS], losses, panels,
                  ctx.out_dir / "rate_distortion.png")
@@ -369,8 +373,31 @@ def evaluate_stage(cfg, ctx) -> None:
                **{f"mean_{k}_{l}": float(np.mean([r[k] for r in test_rows if r["loss"] == l]))
                   for l in losses for k in ("bpp", "psnr", "hf_ratio", "texture_dist", "wd", "wawd", *quality)},
                **{f"bd_rate_{k}": v for k, v in bd.items()},
-               **{f"bd_rate_mean_{k}": v for k, v in bd_mean.items()}}
+               **{f"bd_rate_mean_{k}": v for k, v in bd_mean.items()},
+               **{f"mean_{m}_{l}": float(np.mean([p[m] for p in points]))
+                  for l, points in set_curves.items() for m in cfg.quality.set_metrics}}
     ctx.write_metrics(summary)
+
+
+def set_quality_curves(cfg, inputs, test_rows: list[dict]) -> dict[str, list[dict]]:
+    """FID / KID (``quality.set_metrics``, paper profile) per loss and lambda: the patches of
+    every decoded test image of that point (all images and seeds) against the same patches of
+    the originals; one point per lambda at the mean bpp, sorted by rate."""
+    if not cfg.quality.set_metrics:
+        return {}
+    net = PooledVGG(torch.load(cfg.distortion.vgg_weights, map_location="cpu", weights_only=True)).eval()
+    crops = dict(np.load(inputs["load_images"] / "images.npz"))
+    groups = {}
+    for r in test_rows:
+        groups.setdefault((r["loss"], r["lam"]), []).append(r)
+    curves = {}
+    for (loss, lam), group in sorted(groups.items()):
+        decoded = [np.load(inputs["decode"][f"{r['loss']}-{r['seed']}"] / f"{r['image']}__lam{lam:g}.npy")
+                   for r in group]
+        point = set_quality(net, [crops[r["image"]] for r in group], decoded, cfg.quality.patch,
+                            cfg.quality.set_metrics)
+        curves.setdefault(loss, []).append({"lam": lam, "bpp": float(np.mean([r["bpp"] for r in group])), **point})
+    return {loss: sorted(points, key=lambda p: p["bpp"]) for loss, points in curves.items()}
 
 
 def _plot_fit_curves(fit_logs: dict, path) -> None:

@@ -2,6 +2,7 @@
 layout and a randomly initialised VGG-16 saved with torchvision's keys; steps shrunk by --set."""
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -93,7 +94,8 @@ def test_re2ic_paper_profile_on_kodak_layout_and_random_vgg(tmp_path):
             f"quality.lpips_weights={lpips}", f"quality.dists_weights={dists}",
             "seeds=[0]", "distortion.num_levels=2", "codec.device=cpu", "codec.iterations=8",
             "codec.log_every=4", "codec.latent_levels=3", "codec.losses=[wawd,mse]",
-            "codec.lambdas.mse=[10,40]", "codec.lambdas.wawd=[3,10]", "metric_eval.texture_crop=32"]
+            "codec.lambdas.mse=[10,40]", "codec.lambdas.wawd=[3,10]", "metric_eval.texture_crop=32",
+            "quality.patch=16"]
     result = run_paper_shape("re2ic", tmp_path / "project", sets)
     images = result.metrics("re2ic", "load_images")
     assert images["n_images"] == 3 and images["n_validation"] == 1
@@ -111,5 +113,11 @@ def test_re2ic_paper_profile_on_kodak_layout_and_random_vgg(tmp_path):
         assert 0 <= metrics[f"mean_lpips_{loss}"] and math.isfinite(metrics[f"mean_dists_{loss}"])
     for key in ("bd_rate_wawd_vs_mse_lpips", "bd_rate_wawd_vs_mse_dists", "bd_rate_mean_wawd_vs_mse_lpips"):
         assert key in metrics, key
+    # FID / KID on 16x16 patches (VGG-16 features), one point per (loss, lambda)
+    for loss in ("mse", "wawd"):
+        assert metrics[f"mean_fid_vgg_{loss}"] >= -1e-6 and math.isfinite(metrics[f"mean_kid_vgg_{loss}"])
     out = result.out("re2ic", "evaluate")
+    curves = json.loads((out / "claims.json").read_text())["set_quality_curves"]
+    assert [len(curves[loss]) for loss in ("mse", "wawd")] == [2, 2]
+    assert all(p["n_patches"] == 2 * 18 for p in curves["mse"])     # 2 test images of 48x64
     assert (out / "rd_mean_curves.png").stat().st_size > 1000

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from components.re2ic.codec import Re2ICCodec, _tail_change, laplace_bits
+from components.re2ic.codec import Re2ICCodec, _tail_change, crops_to_fit, laplace_bits
 from components.re2ic.evaluate import compare_at_matched_rate, premise_checks
 from components.re2ic.images import crop_id, load_crop
 from components.re2ic.wd import (SQRT_GRAD_LIMIT, RandomFeatures, WDToTarget, _HaarStack, _SafeSqrt, _WDTerm,
@@ -130,3 +130,11 @@ def test_hand_written_backward_passes_match_finite_differences():
     assert torch.autograd.gradcheck(lambda x: lowpass(x, 1), (fa,))
     bands = haar_dwt(fa)
     assert torch.allclose(_HaarStack.apply(fa, ("LH", "LL")), torch.cat([bands["LH"], bands["LL"]], 1))
+
+
+def test_validation_crops_are_fitted_on_the_first_seeds_only():
+    names, validation = ["a", "b", "val"], ["val"]
+    assert crops_to_fit(names, validation, 3, [3, 4, 5], 1) == ["a", "b", "val"]
+    assert crops_to_fit(names, validation, 4, [3, 4, 5], 1) == ["a", "b"]
+    assert crops_to_fit(names, validation, 4, [3, 4, 5], 2) == ["a", "b", "val"]
+    assert crops_to_fit(names, validation, 5, [3, 4, 5], 0) == ["a", "b", "val"]   # 0 = every seed
