@@ -14,6 +14,9 @@ IMAGENET_C = ["gaussian_noise", "shot_noise", "impulse_noise", "defocus_blur", "
               "zoom_blur", "snow", "frost", "fog", "brightness", "contrast", "elastic_transform", "pixelate",
               "jpeg_compression"]
 
+# the official recipe grid (7 ingredients); the small profile leaves mmcr_local out (InterTrain)
+ALL_INGREDIENTS = ["mae_lr1", "mae_lr2", "moco_t0p1", "moco_t1", "mmcr_global", "mmcr_local", "lejepa"]
+
 
 class Data(Section):
     # digits: embedded (small); minivtab / imagefolder: the paper's data from disk (paper_data.py)
@@ -30,7 +33,10 @@ class Data(Section):
     source_crop_sides: tuple[int, int] = (16, 64)
     source_seed: int = 0
     n_train: int = 300                   # few labels (low-label regime avoids saturation)
-    n_val: int = 200                     # model selection + premise checks; the rest (1297) is test
+    # model selection + premise checks; the rest (997) is test. 500, not 200: with 200 the
+    # val accuracy of two fine-tunes of one model differing only in batch order differed by
+    # 4 points (dev seed 101), as large as the ingredient-vs-stock gaps the premises judge
+    n_val: int = 500
     corruptions: list[str] = CORRUPTIONS
     severities: list[int] = [1, 2, 3, 4, 5]
     corruption_seed: int = 0
@@ -83,17 +89,19 @@ class Recipe(Section):
 class InterTrain(Section):
     """SSL inter-training that turns the stock into ingredients, on the downstream task's
     unlabelled train + val images."""
-    ingredients: list[str] = ["mae_lr1", "mae_lr2", "moco_t0p1", "moco_t1",
-                              "mmcr_global", "mmcr_local", "lejepa"]
-    # learning rates and steps calibrated on the dev seed's validation split (CLAIMS.md)
+    # mmcr_local (MMCR global+local) is left out of the small profile: at this scale its local
+    # term collapses the projection head on every seed (loss sqrt(2) - 1/sqrt(B), head outputs'
+    # mean cosine 0.9999), leaving a copy of the stock; the paper profile keeps it (CLAIMS.md)
+    ingredients: list[str] = ["mae_lr1", "mae_lr2", "moco_t0p1", "moco_t1", "mmcr_global", "lejepa"]
+    # learning rates and steps calibrated on dev seeds' validation split (CLAIMS.md)
     recipes: dict[str, Recipe] = {
-        "mae_lr1": Recipe(algo="mae", lr=2.5e-4),
-        "mae_lr2": Recipe(algo="mae", lr=5e-4),
+        "mae_lr1": Recipe(algo="mae", lr=1.25e-4),
+        "mae_lr2": Recipe(algo="mae", lr=2.5e-4),
         "moco_t0p1": Recipe(algo="moco", lr=2.5e-4, temperature=0.1),
         "moco_t1": Recipe(algo="moco", lr=2.5e-4, temperature=1.0),
-        "mmcr_global": Recipe(algo="mmcr", lr=2.5e-4, local=False),
-        "mmcr_local": Recipe(algo="mmcr", lr=2.5e-4, local=True),
-        "lejepa": Recipe(algo="lejepa", lr=2.5e-4, lam=0.02, views=4),
+        "mmcr_global": Recipe(algo="mmcr", lr=1.25e-4, local=False),
+        "mmcr_local": Recipe(algo="mmcr", lr=1.25e-4, local=True),
+        "lejepa": Recipe(algo="lejepa", lr=1.25e-4, lam=0.02, views=4),
     }
     steps: int = 600
     batch: int = 64
@@ -114,7 +122,7 @@ class FineTune(Section):
     # 'selfsoup_clean' / 'selfsoup_shift' = FT of the uniform soup of the robustness recipes
     # inter-trained on the clean train + val images (control) / on the corrupted test images.
     models: list[str] = ["stock", "mae_lr1", "mae_lr2", "moco_t0p1", "moco_t1", "mmcr_global",
-                         "mmcr_local", "lejepa", "selfsoup_clean", "selfsoup_shift"]
+                         "lejepa", "selfsoup_clean", "selfsoup_shift"]
     lrs: list[float] = [5e-4, 1e-3]      # grid, chosen per model on validation accuracy
     epochs: int = 60                     # 25 left every fine-tune short of converging (dev seed)
     batch: int = 64
@@ -146,7 +154,7 @@ class Criteria(Section):
 
 
 class SelfsoupConfig(MethodConfig):
-    seeds: list[int] = [0, 1, 2]
+    seeds: list[int] = [3, 4, 5]   # fresh for v3 (0-2: v2's run; 100-102: calibration dev seeds)
     data: Data = Data()
     model: Model = Model()
     stock: Stock = Stock()
@@ -178,7 +186,7 @@ class SelfsoupConfig(MethodConfig):
         "stock": {"steps": 0},
         # official grid: MAE FT-ingredients lr {1..4}e-5, seasoning ingredients all 4e-5; the
         # official "3aug" crop scale (0.08, 1) without our small-profile rotation / pixel noise
-        "inter_train": {"steps": 10_000, "batch": 128, "head_lr": 4e-5,
+        "inter_train": {"steps": 10_000, "batch": 128, "head_lr": 4e-5, "ingredients": ALL_INGREDIENTS,
                         "augment": {"crop_scale": (0.08, 1.0), "rotation_deg": 0.0, "noise_std": 0.0},
                         "recipes": {
             "mae_lr1": {"algo": "mae", "lr": 1e-5}, "mae_lr2": {"algo": "mae", "lr": 4e-5},
@@ -187,7 +195,8 @@ class SelfsoupConfig(MethodConfig):
             "mmcr_global": {"algo": "mmcr", "lr": 4e-5}, "mmcr_local": {"algo": "mmcr", "lr": 4e-5, "local": True},
             "lejepa": {"algo": "lejepa", "lr": 4e-5, "num_slices": 256}}},
         "robustness": {"steps": 10_000},
-        "finetune": {"lrs": [1e-5, 2e-5, 3e-5, 4e-5], "epochs": 100, "batch": 128,
+        "finetune": {"models": ["stock", *ALL_INGREDIENTS, "selfsoup_clean", "selfsoup_shift"],
+                     "lrs": [1e-5, 2e-5, 3e-5, 4e-5], "epochs": 100, "batch": 128,
                      "augment": {"crop_scale": (0.08, 1.0), "rotation_deg": 0.0, "noise_std": 0.0}},
         "season": {"epochs": 100},
     }

@@ -16,7 +16,7 @@ from components.common.train import fit, make_optimizer
 from components.selfsoup import backbone, losses
 from components.selfsoup.data import as_float, augment, batches, downstream_unlabelled, load_splits, shift_pool
 from components.selfsoup.knn import knn_accuracy
-from components.selfsoup.vit import Encoder, MAEDecoder, autocast, device_of, embed, mlp, patchify
+from components.selfsoup.vit import Encoder, MAEDecoder, autocast, batched, device_of, embed, mlp, patchify
 
 
 def start(seed: int) -> None:
@@ -196,6 +196,21 @@ def pretrain_stock_stage(cfg, ctx) -> None:
                                                    num_classes=cfg.model.num_classes)})
 
 
+def mean_cosine(z: torch.Tensor) -> float:
+    """Mean cosine similarity between the embeddings of different images (1 = fully collapsed)."""
+    z = torch.nn.functional.normalize(z.double(), dim=-1)
+    n = len(z)
+    return float(((z @ z.T).sum() - n) / (n * (n - 1)))
+
+
+def projection_collapse(learner: nn.Module, images: torch.Tensor) -> dict:
+    """Mean cosine of the SSL head's outputs on ``images``: a collapsed head (the trivial optimum
+    of an invariance term) gives 1 and leaves the encoder where the stock was."""
+    if not hasattr(learner, "head"):  # MAE: its decoder reconstructs pixels, nothing to collapse
+        return {}
+    return {"head_mean_cosine_val": mean_cosine(batched(nn.Sequential(learner.encoder, learner.head), images))}
+
+
 def _inter_train(cfg, ctx, images: torch.Tensor, steps: int, prefix: str) -> None:
     name, seed = ctx.item["ingredient"], ctx.item["seed"]
     start(seed)
@@ -218,7 +233,8 @@ def _inter_train(cfg, ctx, images: torch.Tensor, steps: int, prefix: str) -> Non
                        "algo": recipe.algo,  # label-free diagnostic of the representation, on val
                        "knn_val_acc": knn_accuracy(embed(encoder, train["x"]), train["y"],
                                                    embed(encoder, val["x"]), val["y"],
-                                                   num_classes=cfg.model.num_classes)})
+                                                   num_classes=cfg.model.num_classes)}
+                      | projection_collapse(learner, val["x"]))
 
 
 def inter_train_stage(cfg, ctx) -> None:

@@ -113,3 +113,12 @@ def test_knn_entropy_bounds():
     assert math.isclose(losses.knn_neighbour_entropy(z, k=5).item(), math.log(5), rel_tol=1e-5)
     clustered = torch.cat([torch.eye(4)[i].repeat(3, 1) + 1e-3 * torch.randn(3, 4) for i in range(4)])
     assert losses.knn_neighbour_entropy(clustered, k=5).item() < math.log(5)
+
+
+def test_mmcr_local_at_full_collapse_is_sqrt2_minus_one_over_sqrt_b():
+    """The value the small profile's MMCR global+local ingredient sat at on every seed (1.2895 at
+    B = 64): both views of every image map to one point, so each per-image nuclear norm is sqrt(2)
+    and the centroid matrix has rank 1 (nuclear norm sqrt(B))."""
+    b = 64
+    z = torch.ones(b, 32, dtype=torch.float64)
+    assert math.isclose(losses.mmcr_loss(z, z, local=True).item(), math.sqrt(2) - 1 / math.sqrt(b), rel_tol=1e-9)
