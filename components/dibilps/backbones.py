@@ -19,8 +19,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from components.dibilps.models import (ContinuousDecoding, DirectionConditioning, FieldVAE,
-                                       LatentDenoiser, UNet)
+from components.dibilps.models import (GRID_CHANNELS, ContinuousDecoding, DirectionConditioning,
+                                       FieldVAE, LatentDenoiser, UNet)
 
 BACKBONES = ("own", "diffusers")
 
@@ -51,16 +51,20 @@ class DiffusersFieldVAE(ContinuousDecoding, nn.Module):
 
 class DiffusersLatentDenoiser(DirectionConditioning, nn.Module):
     def __init__(self, latent_channels: int, block_out_channels: list[int], layers_per_block: int,
-                 norm_num_groups: int, attention_head_dim: int, d_cond: int, sample_size: int):
+                 norm_num_groups: int, attention_head_dim: int, d_cond: int, sample_size: int,
+                 grid_channels: int = 0):
         super().__init__()
         from diffusers import UNet2DConditionModel
+
+        self.grid_channels = grid_channels
 
         n = len(block_out_channels)
         # SD's layout: cross-attention in every block but the lowest-resolution one
         down = ("CrossAttnDownBlock2D",) * (n - 1) + ("DownBlock2D",)
         up = ("UpBlock2D",) + ("CrossAttnUpBlock2D",) * (n - 1)
         self.unet = UNet2DConditionModel(
-            sample_size=sample_size, in_channels=latent_channels, out_channels=latent_channels,
+            sample_size=sample_size, in_channels=latent_channels + grid_channels,
+            out_channels=latent_channels,
             down_block_types=down, up_block_types=up, block_out_channels=tuple(block_out_channels),
             layers_per_block=layers_per_block, norm_num_groups=norm_num_groups,
             attention_head_dim=attention_head_dim, cross_attention_dim=d_cond,
@@ -68,8 +72,9 @@ class DiffusersLatentDenoiser(DirectionConditioning, nn.Module):
         self.direction = nn.Linear(1, d_cond)
         self.null = nn.Parameter(torch.zeros(1, 1, d_cond))
 
-    def forward(self, z, t, cond):
-        return self.unet(z, t, encoder_hidden_states=cond, class_labels=cond.mean(dim=1)).sample
+    def forward(self, z, t, cond, grid=None):
+        return self.unet(self.with_grid(z, grid), t, encoder_hidden_states=cond,
+                         class_labels=cond.mean(dim=1)).sample
 
 
 class DiffusersPixelUNet(nn.Module):
@@ -120,13 +125,15 @@ def vae_spec(cfg, res: int, down: int | None = None) -> tuple[str, dict[str, Any
 
 def latent_spec(cfg, latent_channels: int, d_cond: int, latent_side: int) -> tuple[str, dict[str, Any]]:
     p = cfg.paper
+    grid = GRID_CHANNELS if cfg.diffusion.spatial_condition else 0
     if p.backbone == "diffusers":
         return "DiffusersLatentDenoiser", {
             "latent_channels": latent_channels, "block_out_channels": list(p.unet_block_out_channels),
             "layers_per_block": p.unet_layers_per_block, "norm_num_groups": p.norm_num_groups,
-            "attention_head_dim": p.attention_head_dim, "d_cond": d_cond, "sample_size": latent_side}
+            "attention_head_dim": p.attention_head_dim, "d_cond": d_cond, "sample_size": latent_side,
+            "grid_channels": grid}
     return "LatentDenoiser", {"latent_channels": latent_channels, "ch": cfg.diffusion.latent_channels,
-                              "d_cond": d_cond}
+                              "d_cond": d_cond, "grid_channels": grid}
 
 
 def pixel_spec(cfg, res: int, equal_width: bool = False) -> tuple[str, dict[str, Any]]:

@@ -29,12 +29,13 @@ class Data(Section):
     grf_tau: float = 3.0
     grf_modes: int = 16            # cosine modes per axis: the field is defined off-grid too
     helmholtz_k: float = 1.0       # k^2 far from the first Dirichlet eigenvalue 2 pi^2
-    seed: int = 0
+    # v3 committed run on fresh draws: seed 0 (v2's data) is the dev seed its knobs were set on
+    seed: int = 1
 
 
 class Masks(Section):
     obs_fraction: float = 0.03     # 31 of 32^2 nodes; 500 of 128^2 in the paper [code]
-    seed: int = 1234               # one fixed mask per val/test sample, shared by every method
+    seed: int = 4321               # one fixed mask per val/test sample, shared by every method
 
 
 class VAE(Section):
@@ -73,6 +74,10 @@ class Diffusion(Section):
     pixel_steps: int = 500
     cond_dropout: float = 0.1       # rows trained with the null token: the unconditional prior
     finetune_encoder: bool = True   # the diffusion loss also trains the point-set towers
+    # v3: the observations lifted to the latent grid (kernel mean + density) are concatenated to
+    # the denoiser's input; cross-attention to point tokens alone was ignored (v1, v2)
+    spatial_condition: bool = True
+    lift_width: float = 0.5         # Gaussian kernel sigma = lift_width / sqrt(observed points)
     batch_size: int = 16
     lr: float = 1.5e-3
     seed: int = 0
@@ -87,7 +92,8 @@ class Guidance(Section):
     early_exit_frac: float = 0.9                 # [code]
     # wide geometric grids so that the validation optimum can be interior (checked: premise P4)
     zeta_obs_grid: list[float] = [0.5, 2.0, 8.0, 32.0, 128.0]
-    zeta_pde_grid: list[float] = [0.1, 1.0, 10.0, 100.0]
+    # v2's optimum sat at the top (100) in 3 of 4 cells: the grid moved up one decade for v3
+    zeta_pde_grid: list[float] = [1.0, 10.0, 100.0, 1000.0]
     double_obs_step: bool = False                # the official pipeline subtracts the obs step twice
     variants: list[str] = ["full", "no_pde", "no_obs", "no_guidance", "no_early_exit"]
     batch_size: int = 32
@@ -140,7 +146,7 @@ class Paper(Section):
 
 
 class DibilpsConfig(MethodConfig):
-    seeds: list[int] = [0, 1, 2]            # sampling seeds of every diffusion sampler
+    seeds: list[int] = [3, 4, 5]            # sampling seeds of every diffusion sampler (v2: 0, 1, 2)
     data: Data = Data()
     masks: Masks = Masks()
     vae: VAE = VAE()

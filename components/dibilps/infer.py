@@ -18,10 +18,11 @@ from components.dibilps.backbones import pad_multiple
 from components.dibilps.cost import compare_cost
 from components.dibilps.data import hr_res, load_masks, load_normaliser, load_split
 from components.dibilps.diffusion import Guidance, Trajectory, guided_sample
-from components.dibilps.models import LatentDenoiser, UNet
+from components.dibilps.models import LatentDenoiser, UNet, observation_grid
 from components.dibilps.pde import Normaliser, residual_norm
 from components.dibilps.train import (gather_points, load_encoder, load_model, load_vae,
                                       mask_to_index, normalised_fields, observation_tokens,
+                                      observed_points,
                                       schedule_from, stage_device)
 
 DIRECTIONS = {"forward": 1.0, "inverse": -1.0}
@@ -76,11 +77,13 @@ class Models:
     schedule: object
     n: int
     device: torch.device = torch.device("cpu")
+    lift_sigma: float = 0.0          # kernel width of the spatial condition (from the checkpoint)
 
 
 def load_models(cfg, ctx, pde: str) -> Models:
     data_dir, device = ctx.inputs["generate_pde_data"][pde], stage_device(cfg)
-    latent, _ = load_model(ctx.inputs["train_latent_diffusion"][pde] / "latent_unet.pt", LatentDenoiser, device)
+    latent, latent_blob = load_model(ctx.inputs["train_latent_diffusion"][pde] / "latent_unet.pt",
+                                     LatentDenoiser, device)
     pixel, _ = load_model(ctx.inputs["train_pixel_diffusion"][pde] / "pixel_unet.pt", UNet, device)
     blob = load_torch(ctx.inputs["encode_latents"][pde] / "latents.pt")
     vae = load_vae(ctx.inputs["train_vae"][pde], device)
@@ -92,7 +95,7 @@ def load_models(cfg, ctx, pde: str) -> Models:
     return Models(pde, load_normaliser(data_dir), vae,
                   load_encoder(ctx.inputs["train_latent_diffusion"][pde], device),
                   latent, pixel, float(blob["scale"]), cfg.data.helmholtz_k, schedule_from(cfg),
-                  int(u.shape[-1]), device)
+                  int(u.shape[-1]), device, float(latent_blob.get("lift_sigma", 0.0)))
 
 
 def loss_fns(m: Models, fields_true: torch.Tensor, idx: torch.Tensor, direction: str):
@@ -118,15 +121,19 @@ def run_latent(m: Models, fields_true, idx, direction: str, guidance: Guidance, 
     ``conditional=False`` samples the same network's unconditional prior (null token)."""
     b = fields_true.shape[0]
     dir_t = torch.full((b,), DIRECTIONS[direction], device=m.device)
+    s = m.vae.latent_size(m.n)
     with torch.no_grad():
         obs = observation_tokens(m.encoder, fields_true, idx, dir_t) if conditional else None
         cond = m.latent.condition(obs, dir_t, n_points=idx.shape[1])
-    s = m.vae.latent_size(m.n)
+        grid = None                       # None: the null grid of the unconditional prior
+        if conditional and getattr(m.latent, "grid_channels", 0):
+            coords, values = observed_points(fields_true, idx, dir_t)
+            grid = observation_grid(coords, values, dir_t, s, m.n, m.lift_sigma)
     g = torch.Generator().manual_seed(seed)
     z_T = torch.randn(b, m.vae.latent_channels, s, s, generator=g).to(m.device)   # CPU draws
     obs_loss, pde_loss = loss_fns(m, fields_true, idx, direction)
     decode = lambda z0: m.vae.decode(z0 / m.scale, m.n)  # noqa: E731
-    traj = guided_sample(lambda z, t: m.latent(z, t, cond), decode, obs_loss, pde_loss,
+    traj = guided_sample(lambda z, t: m.latent(z, t, cond, grid), decode, obs_loss, pde_loss,
                          m.schedule, n_steps, z_T, guidance)
     with torch.no_grad():
         fields = decode(traj.z0)

@@ -207,7 +207,8 @@ class UNet(nn.Module):
     cross-attends to condition tokens (observation tokens + the direction token), and the mean
     token is added to the timestep embedding (SD-XL-style pooled conditioning)."""
 
-    def __init__(self, in_ch: int, ch: int = 48, levels: int = 2, d_cond: int = 0):
+    def __init__(self, in_ch: int, ch: int = 48, levels: int = 2, d_cond: int = 0,
+                 out_ch: int | None = None):
         super().__init__()
         emb = 4 * ch
         self.ch = ch
@@ -225,7 +226,7 @@ class UNet(nn.Module):
         for i in reversed(range(levels)):
             self.up.append(ResBlock(2 * widths[i + 1], widths[i], emb))
             self.attn_up.append(CrossAttention(widths[i], d_cond) if d_cond else nn.Identity())
-        self.out = nn.Sequential(_norm(ch), nn.SiLU(), nn.Conv2d(ch, in_ch, 3, padding=1))
+        self.out = nn.Sequential(_norm(ch), nn.SiLU(), nn.Conv2d(ch, out_ch or in_ch, 3, padding=1))
         self.d_cond = d_cond
         self.pooled = nn.Linear(d_cond, emb) if d_cond else None
 
@@ -250,6 +251,43 @@ class UNet(nn.Module):
         return self.out(h)
 
 
+# ----------------------------------------------------------------------------- spatial condition
+GRID_CHANNELS = 4     # (u value, u density, a value, a density) on the latent grid
+
+
+def latent_centres(side: int, res: int) -> torch.Tensor:
+    """(side*side, 2) coordinates in [0, 1]^2 of the latent pixels' centres, row-major like
+    ``grid_coords``: latent pixel k covers nodes f k .. f k + f - 1 of the (padded) field,
+    f = ceil(res / side) (the VAE's 2^down)."""
+    f = -(-res // side)
+    x = ((torch.arange(side, dtype=torch.float32) + 0.5) * f - 0.5) / (res - 1)
+    gx, gy = torch.meshgrid(x, x, indexing="ij")
+    return torch.stack([gx.ravel(), gy.ravel()], dim=1)
+
+
+def lift_points(coords: torch.Tensor, values: torch.Tensor, side: int, res: int,
+                sigma: float) -> torch.Tensor:
+    """Point set -> latent grid ("GINO-lite" lifting with a fixed Gaussian kernel): per latent
+    pixel the kernel-weighted mean of the observed values and the kernel density (how much
+    evidence is near). coords (B, P, 2), values (B, P) -> (B, 2, side, side)."""
+    centres = latent_centres(side, res).to(coords.device, coords.dtype)
+    d2 = ((centres[None, :, None, :] - coords[:, None, :, :]) ** 2).sum(-1)    # (B, G, P)
+    w = torch.exp(-d2 / (2 * sigma**2))
+    density = w.sum(-1)
+    mean = (w * values[:, None, :]).sum(-1) / density.clamp_min(1e-6)
+    return torch.stack([mean, density], dim=1).view(len(coords), 2, side, side)
+
+
+def observation_grid(coords: torch.Tensor, values: torch.Tensor, direction: torch.Tensor,
+                     side: int, res: int, sigma: float) -> torch.Tensor:
+    """The spatial condition (B, 4, side, side): the lifted observations in the u slots
+    (direction -1, inverse: u observed) or the a slots (+1, forward: a observed), zeros in the
+    other; an all-zero grid is the null (unconditional) condition."""
+    lifted = lift_points(coords, values, side, res, sigma)
+    fwd = (direction.view(-1, 1, 1, 1) > 0).to(lifted.dtype)
+    return torch.cat([lifted * (1 - fwd), lifted * fwd], dim=1)
+
+
 class DirectionConditioning:
     """The direction token: +1 forward (condition = sparse a), -1 inverse. A learned null token
     stands in for the observation tokens when the condition is dropped (training with
@@ -268,18 +306,39 @@ class DirectionConditioning:
             obs_tokens = torch.where(drop.view(-1, 1, 1), self.null.expand_as(obs_tokens), obs_tokens)
         return torch.cat([obs_tokens, tok], dim=1)
 
+    @staticmethod
+    def drop_grid(grid: torch.Tensor | None, drop: torch.Tensor | None) -> torch.Tensor | None:
+        """Dropped rows see the null grid (zeros), as the unconditional prior does."""
+        if grid is None or drop is None:
+            return grid
+        return torch.where(drop.view(-1, 1, 1, 1), torch.zeros_like(grid), grid)
+
+    def with_grid(self, z: torch.Tensor, grid: torch.Tensor | None) -> torch.Tensor:
+        """UNet input: the noisy latent and, with ``grid_channels``, the spatial condition
+        (zeros = unconditional)."""
+        if not self.grid_channels:
+            return z
+        if grid is None:
+            grid = z.new_zeros(z.shape[0], self.grid_channels, *z.shape[-2:])
+        return torch.cat([z, grid], dim=1)
+
 
 class LatentDenoiser(DirectionConditioning, nn.Module):
-    """The conv UNet with cross-attention, conditioned on observation + direction tokens."""
+    """The conv UNet with cross-attention to observation + direction tokens and, with
+    ``grid_channels``, the lifted observations concatenated to its input (as SD's inpainting
+    UNet takes the masked image's latent): the tokens alone were ignored (v1, v2)."""
 
-    def __init__(self, latent_channels: int, ch: int, d_cond: int, levels: int = 1):
+    def __init__(self, latent_channels: int, ch: int, d_cond: int, levels: int = 1,
+                 grid_channels: int = 0):
         super().__init__()
-        self.unet = UNet(latent_channels, ch, levels=levels, d_cond=d_cond)
+        self.grid_channels = grid_channels
+        self.unet = UNet(latent_channels + grid_channels, ch, levels=levels, d_cond=d_cond,
+                         out_ch=latent_channels)
         self.direction = nn.Linear(1, d_cond)
         self.null = nn.Parameter(torch.zeros(1, 1, d_cond))
 
-    def forward(self, z, t, cond):
-        return self.unet(z, t, cond)
+    def forward(self, z, t, cond, grid=None):
+        return self.unet(self.with_grid(z, grid), t, cond)
 
 
 # ----------------------------------------------------------------------------- regressor baseline

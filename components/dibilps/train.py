@@ -1,6 +1,7 @@
 """Training stages: VAE, contrastive condition encoder, latent cache, latent and pixel diffusion."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ from components.common.train import fit
 from components.dibilps.backbones import ARCHS, build, latent_spec, pad_multiple, pixel_spec, vae_spec
 from components.dibilps.data import load_normaliser, load_split
 from components.dibilps.diffusion import VPSchedule
-from components.dibilps.models import CondEncoder, FieldVAE, grid_coords
+from components.dibilps.models import CondEncoder, FieldVAE, grid_coords, observation_grid
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -50,6 +51,19 @@ def gather_points(field: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor,
     idx = idx.to(field.device)
     coords = grid_coords(n, field.device)[idx]
     return coords, field.flatten(1).gather(1, idx)
+
+
+def observed_points(fields: torch.Tensor, idx: torch.Tensor,
+                    direction: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Coordinates and values of the observed field: a for direction +1, u for -1."""
+    coords, u_vals = gather_points(fields[:, 0], idx)
+    _, a_vals = gather_points(fields[:, 1], idx)
+    return coords, torch.where(direction.view(-1, 1) > 0, a_vals, u_vals)
+
+
+def lift_sigma(n_points: int, width: float) -> float:
+    """Kernel width of the lifting: a fraction of the mean spacing 1/sqrt(P) of the points."""
+    return width / math.sqrt(n_points)
 
 
 def observation_tokens(encoder: CondEncoder, fields: torch.Tensor, idx: torch.Tensor,
@@ -168,11 +182,18 @@ def load_encoder(folder: Path, device: torch.device | str = "cpu") -> CondEncode
 def encode_latents_stage(cfg, ctx) -> None:
     pde, device = ctx.item["pde"], stage_device(cfg)
     vae = load_vae(ctx.inputs["train_vae"][pde], device)
-    x = normalised_fields(ctx.inputs["generate_pde_data"][pde], "train")
-    with torch.no_grad():
-        z = torch.cat([vae.encode(x[i:i + 256].to(device))[0].cpu() for i in range(0, len(x), 256)])
+    data_dir = ctx.inputs["generate_pde_data"][pde]
+    x = normalised_fields(data_dir, "train")
+
+    def encode(f):
+        with torch.no_grad():
+            return torch.cat([vae.encode(f[i:i + 256].to(device))[0].cpu() for i in range(0, len(f), 256)])
+
+    z = encode(x)
     scale = float(1.0 / z.std())          # the role of SD's 0.18215, measured on our latents
-    save_torch(ctx.out_dir / "latents.pt", {"z": z * scale, "scale": scale})
+    # val latents: the denoiser's held-out loss with / without its condition (a diagnostic)
+    save_torch(ctx.out_dir / "latents.pt", {"z": z * scale, "scale": scale,
+                                            "z_val": encode(normalised_fields(data_dir, "val")) * scale})
     ctx.write_metrics({"latent_shape": list(z.shape[1:]), "scale": scale,
                        "latent_dims": int(z[0].numel()), "field_dims": int(x[0].numel())})
 
@@ -186,15 +207,50 @@ def schedule_from(cfg) -> VPSchedule:
 class ConditionedDenoiser(torch.nn.Module):
     """The latent denoiser and the point-set towers trained together: the towers start from the
     contrastive encoder and are fine-tuned by the diffusion loss (``finetune_encoder``), so the
-    observation tokens carry what the denoiser needs, not only what aligns u with a."""
+    observation tokens carry what the denoiser needs, not only what aligns u with a. With
+    ``grid_channels`` the observations are also lifted to the latent grid (kernel ``sigma``)."""
 
-    def __init__(self, net: torch.nn.Module, encoder: CondEncoder):
+    def __init__(self, net: torch.nn.Module, encoder: CondEncoder, side: int, sigma: float):
         super().__init__()
-        self.net, self.encoder = net, encoder
+        self.net, self.encoder, self.side, self.sigma = net, encoder, side, sigma
 
-    def cond(self, fields, idx, direction, drop=None):
-        return self.net.condition(observation_tokens(self.encoder, fields, idx, direction),
-                                  direction, drop)
+    def cond(self, fields, idx, direction, drop=None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(tokens, grid) for ``net(z, t, tokens, grid)``; dropped rows get the null of both."""
+        tokens = self.net.condition(observation_tokens(self.encoder, fields, idx, direction),
+                                    direction, drop)
+        if not self.net.grid_channels:
+            return tokens, None
+        coords, values = observed_points(fields, idx, direction)
+        grid = observation_grid(coords, values, direction, self.side, fields.shape[-1], self.sigma)
+        return tokens, self.net.drop_grid(grid, drop)
+
+    def null_cond(self, direction, n_points: int) -> tuple[torch.Tensor, None]:
+        return self.net.condition(None, direction, n_points=n_points), None
+
+
+def held_out_condition_losses(model: ConditionedDenoiser, sched: VPSchedule, z_val, x_val, k: int,
+                              n_draws: int = 4) -> dict:
+    """Validation ε-loss of the trained denoiser with the sample's own observations, with
+    another sample's (rolled by one) and with none (null): a denoiser that uses its condition
+    has conditional < shuffled ~ null. Fixed draws (t, noise, points, direction) per call."""
+    g = torch.Generator().manual_seed(0)
+    out = {"conditional": 0.0, "shuffled": 0.0, "null": 0.0}
+    model.eval()
+    with torch.no_grad():
+        for _ in range(n_draws):
+            b, n = len(z_val), x_val.shape[-1]
+            t = torch.randint(0, sched.n, (b,), generator=g).to(z_val.device)
+            eps = torch.randn(z_val.shape, generator=g).to(z_val.device)
+            idx = torch.rand(b, n * n, generator=g).argsort(dim=1)[:, :k]
+            direction = torch.where(torch.rand(b, generator=g) < 0.5, 1.0, -1.0).to(z_val.device)
+            z_t = sched.q_sample(z_val, t, eps)
+            conds = {"conditional": model.cond(x_val, idx, direction),
+                     "shuffled": model.cond(x_val.roll(1, 0), idx, direction),
+                     "null": model.null_cond(direction, k)}
+            for name, c in conds.items():
+                out[name] += float(((model.net(z_t, t, *c) - eps) ** 2).mean()) / n_draws
+    return {f"val_loss_{k_}": v for k_, v in out.items()} | {
+        "val_loss_ratio_cond_vs_null": out["conditional"] / out["null"]}
 
 
 def train_latent_diffusion_stage(cfg, ctx) -> None:
@@ -202,7 +258,8 @@ def train_latent_diffusion_stage(cfg, ctx) -> None:
     seed_everything(d.seed)
     blob = load_torch(ctx.inputs["encode_latents"][pde] / "latents.pt")
     z = blob["z"].to(device)
-    x = normalised_fields(ctx.inputs["generate_pde_data"][pde], "train").to(device)
+    data_dir = ctx.inputs["generate_pde_data"][pde]
+    x = normalised_fields(data_dir, "train").to(device)
     encoder = load_encoder(ctx.inputs["train_cond_encoder"][pde], device)
     for p in encoder.parameters():
         p.requires_grad_(d.finetune_encoder)
@@ -210,25 +267,29 @@ def train_latent_diffusion_stage(cfg, ctx) -> None:
     n, k = x.shape[-1], n_observed(x.shape[-1], cfg.masks.obs_fraction)
     spec = latent_spec(cfg, int(z.shape[1]), encoder.d_model, int(z.shape[-1]))
     args = spec[1]
-    model = ConditionedDenoiser(build(spec), encoder).to(device)
+    sigma = lift_sigma(k, d.lift_width)
+    model = ConditionedDenoiser(build(spec), encoder, int(z.shape[-1]), sigma).to(device)
     sched = schedule_from(cfg)
 
     def loss_fn(m, idx):
         direction = torch.where(torch.rand(len(idx)) < 0.5, 1.0, -1.0).to(device)  # forward / inverse 50:50
         drop = (torch.rand(len(idx)) < d.cond_dropout).to(device)                  # unconditional rows
         with torch.set_grad_enabled(d.finetune_encoder):
-            cond = m.cond(x[idx], random_point_index(len(idx), n, k), direction, drop)
-        return sched.loss(m.net, z[idx], cond)
+            tokens, grid = m.cond(x[idx], random_point_index(len(idx), n, k), direction, drop)
+        return sched.loss(m.net, z[idx], tokens, grid)
 
     records = fit(model, random_batches(len(z), d.batch_size), loss_fn, steps=d.latent_steps,
                   lr=d.lr, warmup=min(100, d.latent_steps // 10), ctx=ctx, log_every=25,
                   prefix="latent_diffusion")
-    save_model(ctx.out_dir / "latent_unet.pt", model.net, args)
+    held_out = held_out_condition_losses(model, sched, blob["z_val"].to(device),
+                                         normalised_fields(data_dir, "val").to(device), k)
+    save_model(ctx.out_dir / "latent_unet.pt", model.net, args, lift_sigma=sigma)
     save_model(ctx.out_dir / "encoder.pt", model.encoder, load_torch(
         ctx.inputs["train_cond_encoder"][pde] / "encoder.pt")["args"])
     ctx.write_metrics({"final_loss": _tail_mean(records, "latent_diffusion/loss"),
                        "first_loss": float(records[0]["latent_diffusion/loss"]),
-                       **convergence(records, "latent_diffusion/loss"), "n_params": n_params(model.net)})
+                       **convergence(records, "latent_diffusion/loss"), **held_out,
+                       "lift_sigma": sigma, "n_params": n_params(model.net)})
 
 
 def train_pixel_diffusion_stage(cfg, ctx) -> None:

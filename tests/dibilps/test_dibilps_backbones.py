@@ -10,7 +10,8 @@ def tiny():
 
     torch.manual_seed(0)
     vae = DiffusersFieldVAE(4, [8, 16], 1, 4, feature_channels=8, fourier_freqs=2, res=15).eval()
-    latent = DiffusersLatentDenoiser(4, [16, 32], 1, 4, attention_head_dim=4, d_cond=8, sample_size=8).eval()
+    latent = DiffusersLatentDenoiser(4, [16, 32], 1, 4, attention_head_dim=4, d_cond=8, sample_size=8,
+                                     grid_channels=4).eval()
     pixel = DiffusersPixelUNet([8, 16], 1, 4, sample_size=16).eval()
     return vae, latent, pixel
 
@@ -38,6 +39,12 @@ def test_unet2dcondition_denoiser_uses_its_condition_and_the_null_token(tiny):
         dropped = latent.condition(obs, torch.ones(2), drop=torch.tensor([True, True]))
     assert fwd.shape == z.shape and not torch.allclose(fwd, inv)           # the direction token acts
     torch.testing.assert_close(null, dropped)
+    grid = torch.randn(2, 4, 8, 8)                                         # the spatial condition acts
+    with torch.no_grad():
+        with_grid = latent(z, t, latent.condition(obs, torch.ones(2)), grid)
+        null_grid = latent(z, t, latent.condition(obs, torch.ones(2)), torch.zeros_like(grid))
+    assert with_grid.shape == z.shape and not torch.allclose(with_grid, null_grid)
+    torch.testing.assert_close(null_grid, fwd)                             # None = the zero grid
 
 
 def test_checkpoints_reload_as_the_class_they_were(tmp_path, tiny):

@@ -93,14 +93,16 @@ def test_builders_keep_the_own_models_and_their_arguments():
     cfg = DibilpsConfig.for_profile("small")
     assert vae_spec(cfg, 32) == ("FieldVAE", {"latent_channels": 4, "width": 16, "feature_channels": 32,
                                               "fourier_freqs": 4, "res": 32})
-    assert latent_spec(cfg, 4, 64, 8) == ("LatentDenoiser", {"latent_channels": 4, "ch": 32, "d_cond": 64})
+    assert latent_spec(cfg, 4, 64, 8) == ("LatentDenoiser", {"latent_channels": 4, "ch": 32, "d_cond": 64,
+                                                             "grid_channels": 4})
     assert pixel_spec(cfg, 32) == ("UNet", {"in_ch": 2, "ch": 16, "levels": 2, "d_cond": 0})
     assert pixel_spec(cfg, 64, equal_width=True)[1]["ch"] == 32
     cfg = paper()
     name, args = vae_spec(cfg, 128)
     assert name == "DiffusersFieldVAE" and args["block_out_channels"] == [128, 256, 512, 512]
     assert vae_spec(cfg, 64, down=2)[1]["block_out_channels"] == [128, 256, 512]
-    assert latent_spec(cfg, 4, 768, 16)[0] == "DiffusersLatentDenoiser"
+    name, args = latent_spec(cfg, 4, 768, 16)
+    assert name == "DiffusersLatentDenoiser" and args["grid_channels"] == 4
     assert pixel_spec(cfg, 128, equal_width=True)[1]["block_out_channels"] == [320, 640, 1280, 1280]
 
 
