@@ -50,7 +50,7 @@ class Model(Section):
     d_expert: int = 192
     top_k: int = 2
     renormalize_topk: bool = False
-    d_graph: int = 24               # DAG-MoE low-rank width d_g
+    d_graph: int = 48               # DAG-MoE low-rank width d_g (d/2, as d_g=256 at d=512; v4)
     dag_rounds: int = 2             # L
     vector_gate: bool = False       # scalar edge gate e_ij (the note is ambiguous; logged)
 
@@ -70,7 +70,7 @@ class Paper(Section):
 
 class Train(Section):
     variants: list[Literal["moe", "moe_shared", "dag_moe"]] = ["moe", "moe_shared", "dag_moe"]
-    steps: int = 800
+    steps: int = 600                # v4: 800 -> 600 to fit the 8-minute budget (CLAIMS.md)
     batch_size: int = 16
     lr: float = 2e-3                # calibrated on dev seeds 100-107 (CLAIMS.md); was 3e-3
     warmup: int = 50
@@ -90,9 +90,9 @@ class Train(Section):
 
 
 class Eval(Section):
-    max_tokens: int = 200_000       # per validation set (small: the whole sets, 85k / 183k)
+    max_tokens: int = 90_000        # per validation set (small: all 85k ID, the first 90k of 183k OOD)
     batch_size: int = 64
-    throughput_batches: int = 20    # timed forward passes per variant in analyze_routing
+    throughput_batches: int = 5     # timed forward passes per variant in analyze_routing (report only)
     threads: int = 1                # small models: extra OpenMP threads only add contention
     device: str = "cpu"             # "auto": CUDA when visible (paper), else CPU
 
@@ -102,9 +102,13 @@ class Claims(Section):
     ood_slack_nats: float = 0.002
 
 
+# Seeds already looked at: 0-2 the doubled-residual code, 3-5 v2, 6-8 v3 (premises not met),
+# 100-107 dev seeds of the calibrations. Pre-registered seeds must avoid them (a test checks).
+SPENT_SEEDS = frozenset(range(0, 9)) | frozenset(range(100, 108))
+
+
 class DagmoeConfig(MethodConfig):
-    # fresh: 0-2 ran the doubled-residual code, 3-5 the v2 run (premise not met); 100-107 = dev seeds
-    seeds: list[int] = [6, 7, 8]
+    seeds: list[int] = [9, 10, 11]  # v4, fresh (not in SPENT_SEEDS)
     corpus: Corpus = Corpus()
     model: Model = Model()
     train: Train = Train()

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from components.common.train import fit
 from components.common.transformer import count_parameters
-from components.dagmoe.config import DagmoeConfig, Model
+from components.dagmoe.config import SPENT_SEEDS, DagmoeConfig, Model
 from components.dagmoe.model import build_model, check_parameter_match, init_model, training_loss
 from components.dagmoe.moe import (DagAggregation, DagRound, Experts, MoELayer, MoEShape,
                                    SumAggregation, dag_parameter_count, load_balance_loss,
@@ -163,6 +163,12 @@ def test_shared_expert_matches_dag_parameters_within_five_percent():
     report = check_parameter_match(small, vocab_size=1024, tolerance=0.05)
     assert report["param_gap"] <= 0.05
     assert report["params"]["moe"] < report["params"]["moe_shared"]
+
+
+def test_small_profile_seeds_are_fresh():
+    """The pre-registered seeds were never looked at by an earlier run or a calibration."""
+    seeds = DagmoeConfig().seeds
+    assert len(seeds) == 3 and not set(seeds) & SPENT_SEEDS
 
 
 # ---------------------------------------------------------------------------- decoder
