@@ -40,9 +40,9 @@ METHOD = Method(
               description="S2 per variant and binder cap (matched paired / equal total steps)"),
         Stage("score", f"{M}.evaluate:score_stage", params=("model", "train", "paper", "seeds"),
               deps=("tokenize", "build_paired", "train_paired"),
-              fan_out={"variant": "train.variants", "binders": "train.binders_per_epitope",
-                       "seed": "seeds"}, resources=GPU,
-              description="Masked-peptide pseudo-log-likelihood of every evaluation pair"),
+              fan_out={"seed": "seeds"}, resources=GPU,
+              description="Masked-peptide pseudo-log-likelihood of every evaluation pair, "
+                          "all models of a seed"),
         Stage("evaluate_discrimination", f"{M}.evaluate:evaluate_discrimination_stage",
               deps=("score",), description="Per-epitope and macro AUROC, AUPRC per split"),
         Stage("generate", f"{M}.evaluate:generate_stage",

@@ -23,15 +23,33 @@ def load_model(cfg, path) -> torch.nn.Module:
 
 
 def score_stage(cfg, ctx) -> None:
+    """Every model of one seed (all variants and binder caps) in one instance: scoring takes
+    about a second per model, less than the runtime's cost of a stage instance of its own."""
     torch.set_num_threads(1)
-    variant, binders, seed = ctx.item["variant"], ctx.item["binders"], ctx.item["seed"]
-    model = load_model(cfg, ctx.inputs["train_paired"][f"{variant}-{binders}-{seed}"])
+    seed = ctx.item["seed"]
     tokens = load_torch(ctx.inputs["tokenize"] / "tokens.pt")
     paired = read_table(ctx.inputs["build_paired"] / "paired.parquet").to_pandas()
-    parts = []
-    # the marginal-only model saw no pair, so the training pairs are fair premise data for it
-    splits = EVAL_SPLITS + (("train",) if variant == "marginal_only" else ())
     oracle = load_oracle(ctx.inputs["build_paired"])
+    metrics = {}
+    for key in sorted(k for k in ctx.inputs["train_paired"] if k.rsplit("-", 1)[1] == str(seed)):
+        variant = key.rsplit("-", 2)[0]
+        model = load_model(cfg, ctx.inputs["train_paired"][key])
+        scores, probe = score_model(cfg, model, variant, seed, tokens, paired, oracle)
+        model_key = key.rsplit("-", 1)[0]                       # <variant>-<binders>
+        write_table(ctx.out_dir / model_key / "scores.parquet", scores)
+        write_json_atomic(ctx.out_dir / model_key / "probe.json", probe)
+        metrics.update({f"{model_key}/mean_pll_{s}": float(g["pll"].mean())
+                        for s, g in scores.groupby("split")})
+        metrics.update({f"{model_key}/{k}": v for k, v in probe.items()})
+    ctx.write_metrics(metrics)
+
+
+def score_model(cfg, model, variant: str, seed: int, tokens: dict, paired, oracle):
+    """Masked-peptide PLL of every evaluation pair (plus the training pairs and the
+    compatibility probe for the marginal-only model, which saw no pair)."""
+    import pandas as pd
+
+    splits = EVAL_SPLITS + (("train",) if variant == "marginal_only" else ())
     probe = {}
     if variant == "marginal_only" and oracle is not None:
         cdr3s = sorted(set(paired.loc[paired["split"].isin(["train", "val"]), "cdr3"]))
@@ -41,19 +59,20 @@ def score_stage(cfg, ctx) -> None:
         probe.update({f"probe_init_{k}": v for k, v in
                       compatibility_probe(new_model(cfg).eval(), cdr3s, oracle["matrix"],
                                           sequence_width(cfg)).items()})
+    parts = []
     for split in splits:
         rows = paired[paired["split"] == split].copy()  # same order as tokenize's split tensors
         if split not in tokens or rows.empty:
             continue
         rows["pll"] = masked_peptide_pll(model, *tokens[split]).numpy()
         parts.append(rows[["split", "epitope_id", "tcr_id", "kind", "label", "pll"]])
-    import pandas as pd
+    return pd.concat(parts, ignore_index=True), probe
 
-    scores = pd.concat(parts, ignore_index=True)
-    write_table(ctx.out_dir / "scores.parquet", scores)
-    write_json_atomic(ctx.out_dir / "probe.json", probe)
-    ctx.write_metrics({**{f"mean_pll_{s}": float(g["pll"].mean()) for s, g in scores.groupby("split")},
-                       **probe})
+
+def model_score_dirs(score_inputs: dict) -> dict:
+    """``{<variant>-<binders>-<seed>: folder}`` from the per-seed score outputs."""
+    return {f"{sub.name}-{seed}": sub for seed, path in score_inputs.items()
+            for sub in sorted(p for p in path.iterdir() if p.is_dir())}
 
 
 PROBE_PEPTIDES = 400                   # fresh anchor-motif 9-mers for the peptide probe
@@ -142,14 +161,15 @@ def discrimination_rows(variant: str, binders: int, seed: int, scores) -> list[d
 def evaluate_discrimination_stage(cfg, ctx) -> None:
     import pandas as pd
 
+    score_dirs = model_score_dirs(ctx.inputs["score"])
     rows = []
-    for key, path in ctx.inputs["score"].items():
+    for key, path in score_dirs.items():
         variant, binders, seed = key.rsplit("-", 2)
         rows += discrimination_rows(variant, int(binders), int(seed),
                                     read_table(path / "scores.parquet").to_pandas())
     table = pd.DataFrame(rows).sort_values(["split", "variant", "binders", "seed"])
     write_table(ctx.out_dir / "discrimination.parquet", table)
-    write_table(ctx.out_dir / "per_epitope.parquet", per_epitope_table(ctx.inputs["score"]))
+    write_table(ctx.out_dir / "per_epitope.parquet", per_epitope_table(score_dirs))
     metrics = {}
     for (split, variant, binders), g in table.groupby(["split", "variant", "binders"]):
         metrics[f"{split}/{variant}/b{binders}/macro_auroc"] = float(g["macro_auroc"].mean())
@@ -157,7 +177,7 @@ def evaluate_discrimination_stage(cfg, ctx) -> None:
     for split, g in table[table["variant"] == "marginal_only"].groupby("split"):
         # the S1 model never sees a binder, so its score does not depend on the cap
         metrics[f"{split}/marginal_only/macro_auroc"] = float(g["macro_auroc"].mean())
-    metrics.update(premise_metrics(ctx.inputs["score"]))
+    metrics.update(premise_metrics(score_dirs))
     ctx.write_metrics(metrics)
 
 

@@ -11,8 +11,12 @@ from flows.runtime.testing import run_in_temp_project
 @pytest.mark.smoke
 def test_decodertcr_smoke_end_to_end(tmp_path):
     result = run_in_temp_project("decodertcr", tmp_path / "proj", profile="smoke")
-    # 3 data stages + pretrain(1 seed) + train/score(3 variants x 1 cap) + generate(1) + 2 evals + report
-    assert len(result.executed) == 14
+    # 3 data stages + pretrain(1 seed) + train(3 variants x 1 cap) + score(1 seed: every model)
+    # + generate(1) + 2 evals + report
+    assert len(result.executed) == 12
+    score = result.out("decodertcr", "score", "0")
+    assert sorted(p.name for p in score.iterdir()) == ["curriculum-10", "marginal_only-10",
+                                                       "paired_only-10"]
     paired = result.metrics("decodertcr", "build_paired")
     assert paired["n_train"] > 0 and paired["n_test_tcr"] > 0 and paired["n_test_epitope"] > 0
     disc = result.metrics("decodertcr", "evaluate_discrimination")
