@@ -65,6 +65,7 @@ class Policy(Section):
     d_router: int = 64
     gater_hidden: list[int] = [64, 16]   # official 256, 64 on a 4096-wide backbone
     router_threshold: float = 0.4
+    tool_ids: bool = True              # learned per-tool embedding in the router (official; v1-v3 lacked it)
     train_std: float = 0.1             # gater action beta ~ N(mu, 0.1), clamped to [0, 1]
     a1: float = 1.0                    # positive pathway weight (official code: 1)
     a2: float = 1.0                    # negative pathway weight (official code: 1)
