@@ -25,7 +25,7 @@ class Bench(Section):
     bias: float = 0.35
     biased_types: list[str] = ["temporal", "camera", "action", "event"]
     adversarial_rate: float = 0.67     # share of MC items whose option C is "none"/"all"
-    seed: int = 2027                   # v3: fresh splits (v2 used 2026, also the dev pretrain seed)
+    seed: int = 2028                   # v4: fresh splits (v3 2027; v2 2026, also the dev pretrain seed)
 
 
 class Backbone(Section):
@@ -47,7 +47,7 @@ class Backbone(Section):
     caption_weight: float = 0.0        # captioning (v1) off: it doubled the step time (dev runs e, f)
     yn_first: float = 0.6              # share of the steps on yes/no items only (curriculum; CLAIMS
                                        # "Calibration v3": 43.3 vs 41.0 val iso on dev)
-    seed: int = 1                      # one frozen backbone (v3: fresh); criteria seeds vary the policy
+    seed: int = 2                      # one frozen backbone (v4: fresh; v3 1); criteria seeds vary the policy
 
 
 class Saliency(Section):
@@ -65,12 +65,13 @@ class Policy(Section):
     d_router: int = 64
     gater_hidden: list[int] = [64, 16]   # official 256, 64 on a 4096-wide backbone
     router_threshold: float = 0.4
+    tool_ids: bool = True              # learned per-tool embedding in the router (official; v1-v3 lacked it)
     train_std: float = 0.1             # gater action beta ~ N(mu, 0.1), clamped to [0, 1]
     a1: float = 1.0                    # positive pathway weight (official code: 1)
     a2: float = 1.0                    # negative pathway weight (official code: 1)
     grad_accum: int = 32
-    lr: float = 2e-3                   # official 1e-5 for a router on a frozen 8B VLLM; ours is
-                                       # trained from scratch with ~100x fewer updates
+    lr: float = 2e-5                   # official 1e-5; v1-v3 2e-3 saturated the router under noise
+                                       # (v4 calibration on dev val: 2e-3, 2e-4, 2e-5 -> 2e-5)
     weight_decay: float = 1e-4
     grad_clip: float = 1.0
     baseline_momentum: float = 0.95
@@ -118,7 +119,7 @@ class Paper(Section):
 
 
 class TricdConfig(MethodConfig):
-    seeds: list[int] = [3, 4, 5]       # v3 policy seeds (fresh; v1/v2 used 0, 1, 2)
+    seeds: list[int] = [6, 7, 8]       # v4 policy seeds (fresh; v3 3, 4, 5; v1/v2 0, 1, 2)
     bench: Bench = Bench()
     backbone: Backbone = Backbone()
     saliency: Saliency = Saliency()

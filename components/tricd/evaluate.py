@@ -40,14 +40,14 @@ def evaluate_stage(cfg, ctx) -> None:
     from components.common.io import load_torch, write_json_atomic, write_table
     from components.tricd.backbones import open_backbone
     from components.tricd.decode import load_split
-    from components.tricd.policy import (Policy, build_cache, negative_logits, policy_decisions,
-                                         positive_logits)
+    from components.tricd.policy import (Policy, build_cache, collapse_stats, negative_logits,
+                                         policy_decisions, positive_logits)
 
     seed = ctx.item["seed"]
     p = cfg.policy
     bench_dir, sal_dir = ctx.inputs["build_benchmark"], ctx.inputs["precompute_saliency"]
     backbone = open_backbone(cfg, ctx.inputs["train_backbone"])
-    policy = Policy(backbone, p.d_router, p.n_queries, p.gater_hidden)
+    policy = Policy(backbone, p.d_router, p.n_queries, p.gater_hidden, p.tool_ids)
     policy.load_state_dict(load_torch(ctx.inputs["train_policy"][str(seed)] / "policy.pt"))
     policy.eval()
     gen = torch.Generator().manual_seed(seed)
@@ -99,8 +99,7 @@ def evaluate_stage(cfg, ctx) -> None:
         "types": [list(t) for t in test.qa.types], "beta": beta.tolist(),
         **{f"p_{t}": probs[:, i].tolist() for i, t in enumerate(TOOL_NAMES)}})
     router = {"freq": {t: float(f) for t, f in zip(TOOL_NAMES, masks.mean(0))},
-              "n_tools_mean": float(masks.sum(1).mean()), "zero_tool_share": float((~masks.any(1)).mean()),
-              "all_tools_share": float(masks.all(1).mean()),
+              "n_tools_mean": float(masks.sum(1).mean()), **collapse_stats(masks),
               "beta_mean": float(beta.mean()), "val_selection_rate": rate,
               "temporal_tool_rate_temporal": temporal_tool_rate(test.qa, masks, "temporal"),
               "temporal_tool_rate_attribute": temporal_tool_rate(test.qa, masks, "attribute"),
@@ -113,6 +112,7 @@ def evaluate_stage(cfg, ctx) -> None:
                     "temporal_tool_rate_attribute": router["temporal_tool_rate_attribute"],
                     "router_n_tools": router["n_tools_mean"], "beta_mean": router["beta_mean"],
                     "router_zero_tool_share": router["zero_tool_share"],
-                    "router_all_tools_share": float(masks.all(1).mean()),
+                    "router_all_tools_share": router["all_tools_share"],
+                    "router_modal_set_share": router["modal_set_share"], "router_n_tool_sets": router["n_tool_sets"],
                     **{f"router_freq_{t}": f for t, f in router["freq"].items()}})
     ctx.write_metrics(metrics)

@@ -5,6 +5,8 @@ Router (official ``QFormerToolRouter``): learnable queries cross-attend twice ov
 backbone's final hidden states of the video+question tokens, then twice over each tool's
 description tokens; a score head gives one logit per tool. Policy: independent
 Bernoulli(sigmoid(logit)) per tool; sampled in training, ``prob > router_threshold`` at eval.
+Each tool's description tokens carry a learned tool-identity embedding (official ``tool_id_emb``),
+so the router can prefer a tool even where two descriptions read alike.
 Gater: MLP on the mean-pooled hidden states -> mu in (0, 1); beta ~ N(mu, train_std) clamped to
 [0, 1] in training, beta = mu at eval. The log-probability of beta uses the *unclamped* sample
 (the official code's approximation, kept).
@@ -28,7 +30,7 @@ from components.tricd.tools import TOOL_NAMES, TOOL_TEXT, apply_tools
 
 class ToolRouter(nn.Module):
     def __init__(self, d_in: int, d: int, n_queries: int, tool_tokens: torch.Tensor,
-                 tool_pad: torch.Tensor):
+                 tool_pad: torch.Tensor, tool_ids: bool = True):
         super().__init__()
         self.register_buffer("tool_tokens", tool_tokens)     # (n_tools, Lt, d_in), frozen
         self.register_buffer("tool_pad", tool_pad)           # (n_tools, Lt) True = padding
@@ -37,6 +39,10 @@ class ToolRouter(nn.Module):
         self.ctx_blocks = nn.ModuleList([CrossBlock(d), CrossBlock(d)])
         self.tool_blocks = nn.ModuleList([CrossBlock(d), CrossBlock(d)])
         self.score = nn.Linear(d, 1)
+        # official router: a learned embedding per tool added to its description tokens; without
+        # it the only per-tool input is the frozen description, and v1-v3's routers moved all
+        # eight tools together (equal frequencies within every seed). ``tool_ids=False`` = v1-v3.
+        self.tool_id = nn.Embedding(tool_tokens.shape[0], d) if tool_ids else None
 
     def forward(self, hidden: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
         """(B, L, d_in), (B, L) True = padding -> tool logits (B, n_tools)."""
@@ -46,6 +52,8 @@ class ToolRouter(nn.Module):
         for block in self.ctx_blocks:
             q = block(q, kv, pad)
         tools = self.in_proj(self.tool_tokens)
+        if self.tool_id is not None:
+            tools = tools + self.tool_id.weight.unsqueeze(1)
         q = q.unsqueeze(1).expand(-1, n_tools, -1, -1).reshape(b * n_tools, *q.shape[1:])
         tkv = tools.unsqueeze(0).expand(b, -1, -1, -1).reshape(b * n_tools, *tools.shape[1:])
         tpad = self.tool_pad.unsqueeze(0).expand(b, -1, -1).reshape(b * n_tools, -1)
@@ -68,13 +76,13 @@ class Gater(nn.Module):
 
 
 class Policy(nn.Module):
-    def __init__(self, backbone, d_router: int, n_queries: int, gater_hidden=(64, 16)):
+    def __init__(self, backbone, d_router: int, n_queries: int, gater_hidden=(64, 16), tool_ids: bool = True):
         """``backbone``: a ``backbones`` adapter (or a bare ToyVLLM); the tool descriptions are
         read through it once (frozen), as the official code caches them."""
         super().__init__()
         backbone = as_backbone(backbone)
         tokens, pad = backbone.describe([TOOL_TEXT[t] for t in TOOL_NAMES])
-        self.router = ToolRouter(backbone.d_model, d_router, n_queries, tokens.float(), pad)
+        self.router = ToolRouter(backbone.d_model, d_router, n_queries, tokens.float(), pad, tool_ids)
         self.gater = Gater(backbone.d_model, tuple(gater_hidden))
 
 
@@ -162,6 +170,16 @@ def evaluate_policy(backbone, policy, cache: Cache, pcfg, seed: int = 0) -> tupl
     return score(qa, pred)["macro"], masks
 
 
+def collapse_stats(masks: np.ndarray) -> dict:
+    """How the router's eval decisions (Q, n_tools) 0/1 spread over the items: shares of items with
+    no tool and with every tool, and the share taken by the most common tool set (1.0 = one
+    fixed choice for every item, whatever it is: the per-seed collapse check)."""
+    masks = np.asarray(masks, dtype=bool)
+    _, counts = np.unique(masks, axis=0, return_counts=True)
+    return {"zero_tool_share": float((~masks.any(1)).mean()), "all_tools_share": float(masks.all(1).mean()),
+            "modal_set_share": float(counts.max() / len(masks)), "n_tool_sets": int(len(counts))}
+
+
 def reinforce_loss(logp: torch.Tensor, reward: np.ndarray, state: dict, momentum: float) -> torch.Tensor:
     """-(log pi(a)) * (r - b) averaged over the accumulated queries. The EMA baseline is
     updated query by query, before the advantage is taken (order of the official trainer)."""
@@ -241,7 +259,7 @@ def train_policy_stage(cfg, ctx) -> None:
     val = load_split(bench_dir, "val", limit=p.val_limit, backbone=backbone)
     train_cache = build_cache(backbone, train, load_torch(f"{sal_dir}/train_saliency.pt"))
     val_cache = build_cache(backbone, val, load_torch(f"{sal_dir}/val_saliency.pt"))
-    policy = Policy(backbone, p.d_router, p.n_queries, p.gater_hidden)
+    policy = Policy(backbone, p.d_router, p.n_queries, p.gater_hidden, p.tool_ids)
     opt = torch.optim.AdamW(policy.parameters(), lr=p.lr, weight_decay=p.weight_decay)
     state, steps, curve = {"baseline": 0.0}, 0, []
     best, best_state, bad = -1.0, None, 0
@@ -250,8 +268,7 @@ def train_policy_stage(cfg, ctx) -> None:
         val_macro, masks = evaluate_policy(backbone, policy, val_cache, p, seed)
         freq = masks.mean(0)
         curve.append({"epoch": epoch, "val_macro": val_macro, "n_tools": float(masks.sum(1).mean()),
-                      "zero_tool_share": float((~masks.any(1)).mean()),
-                      "all_tools_share": float(masks.all(1).mean()),
+                      **collapse_stats(masks),
                       **{f"freq_{t}": float(f) for t, f in zip(TOOL_NAMES, freq)}})
         ctx.log_metric("policy/val_macro", val_macro, step=epoch)
         ctx.progress(epoch, p.max_epochs, f"epoch {epoch} val macro {val_macro:.3f}")
@@ -269,7 +286,7 @@ def train_policy_stage(cfg, ctx) -> None:
     ctx.write_metrics({"best_val_macro": best, "epochs": len(curve), "updates": steps,
                        "val_base_macro": _base_macro(val_cache),
                        **{f"val_{k}": v for k, v in best_epoch.items()
-                          if k.startswith("freq_") or k.endswith("_share")}})
+                          if k.startswith("freq_") or k.endswith("_share") or k == "n_tool_sets"}})
 
 
 def _base_macro(cache: Cache) -> float:

@@ -2,6 +2,7 @@
 build -> train_backbone -> eval_base (val premises) -> saliency -> train_policy for the given
 entropy coefficients and dev policy seeds, stage functions called directly (one process).
     python -m components.tricd.probe_dev OUTDIR '{"backbone": {"yn_first": 0.6}}' 0.0,0.05,0.5 100,101
+    python -m components.tricd.probe_dev OUTDIR '{}' '[{"lr": 2e-3, "tool_ids": false}]' 100,101   (v4)
 Dev data for probe_oracle: python -m components.tricd.probe_dev --data OUT.pt N_PRETRAIN BIAS"""
 import json
 import sys
@@ -24,7 +25,8 @@ def dev_data(out: str, n_pretrain: int, bias: float) -> None:
                 "vprog": vprog, "vitems": vitems}, out)
 
 
-def pipeline(out: Path, over: dict, coefs: list[float], seeds: list[int]) -> None:
+def pipeline(out: Path, over: dict, coefs: list, seeds: list[int]) -> None:
+    """``coefs``: entropy coefficients (v3), or policy-section override dicts (v4: lr, tool_ids)."""
     import torch
 
     from components.common.config import deep_merge
@@ -55,10 +57,12 @@ def pipeline(out: Path, over: dict, coefs: list[float], seeds: list[int]) -> Non
     s, _ = stage("saliency", saliency.precompute_saliency_stage, {"build_benchmark": b})
     for coef in coefs:
         v2 = json.loads(json.dumps(values))
-        deep_merge(v2, {"policy": {"entropy_coef": coef}})
+        pol = coef if isinstance(coef, dict) else {"entropy_coef": coef}
+        deep_merge(v2, {"policy": pol})
         cfg = TricdConfig.for_profile("small", overrides=v2)
+        label = f"e{coef}" if not isinstance(coef, dict) else "-".join(f"{k}{v}" for k, v in sorted(pol.items()))
         for seed in seeds:
-            stage(f"policy-e{coef}", policy.train_policy_stage,
+            stage(f"policy-{label}", policy.train_policy_stage,
                   {"build_benchmark": b, "train_backbone": m, "precompute_saliency": s}, {"seed": seed})
 
 
@@ -66,5 +70,7 @@ if __name__ == "__main__":
     if sys.argv[1] == "--data":
         dev_data(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))
     else:
-        pipeline(Path(sys.argv[1]), json.loads(sys.argv[2]), [float(c) for c in sys.argv[3].split(",") if c],
+        grid = (json.loads(sys.argv[3]) if sys.argv[3].startswith("[")
+                else [float(c) for c in sys.argv[3].split(",") if c])
+        pipeline(Path(sys.argv[1]), json.loads(sys.argv[2]), grid,
                  [int(x) for x in sys.argv[4].split(",")] if len(sys.argv) > 4 else [100, 101, 102])

@@ -40,8 +40,22 @@ def criteria(per_seed: list[dict]) -> dict:
                 "C4_gap": gap, "C4_pass": bool(gap >= C4_GAP)})
     # the tool-choice distribution of each seed's router on test (collapse shows up here)
     out["router_freq_per_seed"] = [r["router"]["freq"] for r in per_seed]
-    out["router_zero_tool_share_per_seed"] = [r["router"]["zero_tool_share"] for r in per_seed]
-    out["router_all_tools_share_per_seed"] = [r["router"].get("all_tools_share", float("nan")) for r in per_seed]
+    for key in COLLAPSE_KEYS:
+        out[f"router_{key}_per_seed"] = [r["router"][key] for r in per_seed]
+    return out
+
+
+# per-seed collapse checks: a seed whose router gives (almost) every item the same tool set has
+# collapsed, whatever the other seeds do, so the report takes the worst seed, not the mean
+COLLAPSE_KEYS = ("zero_tool_share", "all_tools_share", "modal_set_share")
+
+
+def collapse_metrics(crit: dict, seeds: list[str]) -> dict[str, float]:
+    out = {}
+    for key in COLLAPSE_KEYS:
+        values = crit[f"router_{key}_per_seed"]
+        out[f"router_{key}_max"] = float(np.max(values))
+        out.update({f"router_{key}_seed{s}": float(v) for s, v in zip(seeds, values)})
     return out
 
 
@@ -65,7 +79,8 @@ def markdown(table: dict, crit: dict) -> str:
 
 def report_stage(cfg, ctx) -> None:
     evals = ctx.inputs["evaluate"]
-    per_seed = [read_json(evals[key] / "results.json") for key in sorted(evals)]
+    seeds = sorted(evals)
+    per_seed = [read_json(evals[key] / "results.json") for key in seeds]
     crit = criteria(per_seed)
     table = tables(per_seed)
     write_json_atomic(ctx.out_dir / "criteria.json", crit)
@@ -97,8 +112,7 @@ def report_stage(cfg, ctx) -> None:
     metrics.update({"c1_gain": crit["C1_tricd_minus_base"], "c2_gain": crit["C2_tricd_minus_vcd"],
                     "c3_gain": crit["C3_tricd_minus_random_router"], "c4_gap": crit["C4_gap"]})
     metrics.update({f"{v}_macro": table[v]["macro"] for v in VARIANTS})
-    metrics["router_zero_tool_share"] = float(np.mean(crit["router_zero_tool_share_per_seed"]))
-    metrics["router_all_tools_share"] = float(np.mean(crit["router_all_tools_share_per_seed"]))
+    metrics.update(collapse_metrics(crit, seeds))
     metrics.update({"base_compositional": table["base"]["compositional"],
                     "tricd_compositional": table["tricd"]["compositional"],
                     "base_isolated": table["base"]["isolated"], "tricd_isolated": table["tricd"]["isolated"]})

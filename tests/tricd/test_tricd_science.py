@@ -221,19 +221,28 @@ def test_motion_saliency_finds_the_moving_object():
 
 
 # ---- REINFORCE ---------------------------------------------------------------------------------
-def test_reinforce_router_learns_the_best_tool_per_context():
-    """Contextual bandit: two contexts, one rewarded tool each (all others penalised)."""
+@pytest.mark.parametrize("tool_ids", [
+    False,
+    pytest.param(True, marks=pytest.mark.xfail(strict=True, reason=(
+        "open (v4): with the tool-identity embedding the router fails this per-context bandit in 4 of "
+        "5 seeds at lr 1e-2, 3e-3 and 1e-3 (it picks one context's tool, or none, everywhere); "
+        "without it 5 of 5 at lr 1e-3. CLAIMS.md, Results v4"))),
+])
+def test_reinforce_router_learns_the_best_tool_per_context(tool_ids):
+    """Contextual bandit: two contexts, one rewarded tool each (all others penalised).
+    lr 1e-3 x 400 steps (was 1e-2 x 150, which passed for 1 of 5 seeds only: Adam's noise steps
+    saturate the router before the rare exact-one-hot rewards register)."""
     from components.tricd.policy import ToolRouter, bernoulli_logp, reinforce_loss
 
     torch.manual_seed(0)
     n_tools, d = 4, 16
     contexts = torch.randn(2, 3, d)
-    router = ToolRouter(d, 16, 4, torch.randn(n_tools, 3, d), torch.zeros(n_tools, 3, dtype=torch.bool))
-    opt = torch.optim.AdamW(router.parameters(), lr=1e-2)
+    router = ToolRouter(d, 16, 4, torch.randn(n_tools, 3, d), torch.zeros(n_tools, 3, dtype=torch.bool), tool_ids)
+    opt = torch.optim.AdamW(router.parameters(), lr=1e-3)
     best = {0: 1, 1: 3}
     gen = torch.Generator().manual_seed(0)
     state = {"baseline": 0.0}
-    for _ in range(150):
+    for _ in range(400):
         ctx_ids = torch.randint(0, 2, (32,), generator=gen)
         probs = torch.sigmoid(router(contexts[ctx_ids], torch.zeros(32, 3, dtype=torch.bool))).clamp(1e-6, 1 - 1e-6)
         actions = torch.bernoulli(probs.detach(), generator=gen)
