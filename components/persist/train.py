@@ -44,8 +44,7 @@ def train_vae3d_stage(cfg, ctx) -> None:
     dev = stage_device(cfg)
     model = VAE3D(v.latent_channels, v.width, arch=v.arch).to(dev)
     gen = torch.Generator().manual_seed(v.seed)
-
-    rng = np.random.default_rng(v.seed)
+    rng = np.random.default_rng(v.seed)             # augmentation draws
 
     def batches():
         while True:
@@ -67,7 +66,7 @@ def train_vae3d_stage(cfg, ctx) -> None:
                   eval_every=max(1, v.steps // 4), prefix="vae3d")
     save_torch(ctx.out_dir / "vae3d.pt", {"state": cpu_state(model),
                                           "args": dict(latent_channels=v.latent_channels, width=v.width,
-                                                                      arch=v.arch)})
+                                                       arch=v.arch)})
     last = records[-1]
     ctx.write_metrics({"final_loss": last["vae3d/loss"], "val_voxel_acc": last["val/voxel_acc"],
                        "val_solid_voxel_acc": last["val/solid_acc"],
