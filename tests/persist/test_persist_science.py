@@ -235,11 +235,13 @@ def _landmark_crops(n: int, rng: np.random.Generator, size: int = 8) -> torch.Te
 
 def test_patch_vae_reconstructs_a_single_landmark_voxel():
     """Regression (v2): the strided-conv VAE reconstructed 0.8 % of landmark voxels, so the oracle
-    could not show the probe. The patch VAE must carry a lone landmark voxel and its colour."""
+    could not show the probe. With the stage's recipe (augmented crops with inserted pillars) the
+    patch VAE must carry a lone landmark voxel and its colour on held-out crops (the conv VAE
+    scores 0.0 in this setting: tests/persist/calibration/conv_check.py)."""
     from components.common.seeds import seed_everything
     from components.common.train import fit
     from components.persist.models import VAE3D, class_weights
-    from components.persist.train import voxel_accuracy
+    from components.persist.train import augment_crops, voxel_accuracy
 
     seed_everything(0)
     rng = np.random.default_rng(0)
@@ -247,10 +249,11 @@ def test_patch_vae_reconstructs_a_single_landmark_voxel():
     vae = VAE3D(latent_channels=16, width=16, arch="patch")
     weight = class_weights(train.numpy(), 0.5)
     gen = torch.Generator().manual_seed(0)
-    batches = (train[torch.randint(len(train), (16,), generator=gen)] for _ in iter(int, 1))
-    fit(vae, batches, lambda m, b: m.loss(b, class_weight=weight), steps=300, lr=2e-3, warmup=15)
-    assert voxel_accuracy(vae.eval(), held_out, classes=W.LANDMARKS) >= 0.9
-    assert voxel_accuracy(vae, held_out) >= 0.98
+    batches = (augment_crops(train[torch.randint(len(train), (16,), generator=gen)], rng, 4)
+               for _ in iter(int, 1))
+    fit(vae, batches, lambda m, b: m.loss(b, class_weight=weight), steps=800, lr=2e-3, warmup=40)
+    assert voxel_accuracy(vae.eval(), held_out, classes=W.LANDMARKS) >= 0.8
+    assert voxel_accuracy(vae, held_out) >= 0.95
 
 
 def test_augmented_crops_keep_the_scene_and_carry_new_landmarks():
