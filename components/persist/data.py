@@ -6,6 +6,7 @@ import numpy as np
 
 from components.common.io import load_npz, save_npz, write_json_atomic, write_table
 from components.common.seeds import seed_everything
+from components.persist.config import check_backend
 from components.persist.raycast import render_views
 from components.persist.world import (BACK, BREAK, FORWARD, LANDMARKS, LEFT, NOOP, PITCH_DOWN,
                                       PITCH_UP, PLACE, RIGHT, YAW_LEFT, YAW_RIGHT, Agent, EnvSpec,
@@ -28,8 +29,7 @@ def spin_steps(world) -> int:
 # ---------------------------------------------------------------------------------- worlds
 def gen_worlds_stage(cfg, ctx) -> None:
     w = cfg.world
-    if w.backend != "numpy_voxel":
-        raise NotImplementedError(f"world.backend={w.backend!r}: only numpy_voxel runs here")
+    check_backend(w)          # preflight says it first; a stage called directly says the same line
     spec = env_spec(w)
     n_tot = w.n_train_worlds + w.n_eval_worlds + w.n_val_worlds
     worlds = np.stack([generate_world(spec, w.world_seed + i, w.n_trees, w.n_pillars, w.water)

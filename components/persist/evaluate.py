@@ -164,7 +164,8 @@ def _sample_frame(models: Models, variant: str, w2d, history: list[torch.Tensor]
 def project_world(models: Models, labels: np.ndarray, cams: np.ndarray) -> torch.Tensor:
     pm = models.cfg.pixel_model
     pr = project(labels, cams, (models.cfg.world.frame,) * 2, pm.layers, models.spec.view_distance)
-    return w2d_features(torch.as_tensor(pr["cls"]), torch.as_tensor(pr["depth"]), models.spec.view_distance)
+    return w2d_features(torch.as_tensor(pr["cls"]), torch.as_tensor(pr["depth"]), models.spec.view_distance,
+                        pm.albedo)
 
 
 def rollout(models: Models, ep: dict, variant: str, n_steps: int, seed: int,

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from components.common.diffusion import SinusoidalEmbedding
-from components.persist.world import CAM_DIM, N_ACTIONS, N_CLASSES
+from components.persist.world import CAM_DIM, N_ACTIONS, N_CLASSES, PALETTE
 
 
 # ----------------------------------------------------------------------------- rectified flow
@@ -53,23 +53,43 @@ def noise_context(x: torch.Tensor, tau: torch.Tensor | float) -> torch.Tensor:
 
 # ----------------------------------------------------------------------------- 3D VAE
 class VAE3D(nn.Module):
-    """Deterministic 3D conv autoencoder (the KL term of the paper's VAE is negligible at
-    1e-6; we keep a small L2 on the latent instead): one-hot labels -> (m, X/4, Y/4, Z/4)."""
+    """Deterministic 3D autoencoder (the KL term of the paper's VAE is negligible at 1e-6; we keep
+    a small L2 on the latent instead): one-hot labels -> (m, X/4, Y/4, Z/4).
 
-    def __init__(self, latent_channels: int = 8, width: int = 32, n_classes: int = N_CLASSES):
+    ``arch = "conv"`` (v1/v2): strided 3D convs down, transposed convs up. It reconstructed no
+    landmark voxel (a 1-voxel pillar is 1/64 of a cell and the strided convs smear it away;
+    CLAIMS.md). ``arch = "patch"`` (v3): each 4^3 cell is embedded linearly from its one-hot
+    voxels (every voxel has its own weights, so one rare voxel moves the cell's embedding), mixed
+    with its neighbours by residual 3^3 convs at latent resolution, and decoded by a 1x1 conv to
+    the 64 x K logits of the cell (unpatchify), like a ViT patch embedding in 3D."""
+
+    PATCH = 4
+
+    def __init__(self, latent_channels: int = 8, width: int = 32, n_classes: int = N_CLASSES,
+                 arch: str = "conv"):
         super().__init__()
-        w = width
-        self.enc = nn.Sequential(
-            nn.Conv3d(n_classes, w, 1), nn.SiLU(),          # per-voxel embedding at full res
-            nn.Conv3d(w, w, 4, stride=2, padding=1), nn.SiLU(),
-            nn.Conv3d(w, 2 * w, 4, stride=2, padding=1), nn.SiLU(),
-            nn.Conv3d(2 * w, latent_channels, 1))
-        self.dec = nn.Sequential(
-            nn.Conv3d(latent_channels, 2 * w, 3, padding=1), nn.SiLU(),
-            nn.ConvTranspose3d(2 * w, w, 4, stride=2, padding=1), nn.SiLU(),
-            nn.ConvTranspose3d(w, w, 4, stride=2, padding=1), nn.SiLU(),
-            nn.Conv3d(w, n_classes, 1))
-        self.n_classes = n_classes
+        w, p = width, self.PATCH
+        self.n_classes, self.arch = n_classes, arch
+        if arch == "conv":
+            self.enc = nn.Sequential(
+                nn.Conv3d(n_classes, w, 1), nn.SiLU(),          # per-voxel embedding at full res
+                nn.Conv3d(w, w, 4, stride=2, padding=1), nn.SiLU(),
+                nn.Conv3d(w, 2 * w, 4, stride=2, padding=1), nn.SiLU(),
+                nn.Conv3d(2 * w, latent_channels, 1))
+            self.dec = nn.Sequential(
+                nn.Conv3d(latent_channels, 2 * w, 3, padding=1), nn.SiLU(),
+                nn.ConvTranspose3d(2 * w, w, 4, stride=2, padding=1), nn.SiLU(),
+                nn.ConvTranspose3d(w, w, 4, stride=2, padding=1), nn.SiLU(),
+                nn.Conv3d(w, n_classes, 1))
+        elif arch == "patch":
+            h = 4 * w
+            self.enc = nn.Sequential(
+                nn.Conv3d(n_classes, h, p, stride=p), Res3d(h), Res3d(h), nn.Conv3d(h, latent_channels, 1))
+            self.dec = nn.Sequential(
+                nn.Conv3d(latent_channels, h, 1), Res3d(h), Res3d(h), nn.Conv3d(h, n_classes * p ** 3, 1),
+                Unpatchify3d(n_classes, p))
+        else:
+            raise ValueError(f"unknown VAE arch {arch!r}")
 
     def encode(self, labels: torch.Tensor) -> torch.Tensor:
         x = F.one_hot(labels.long(), self.n_classes).permute(0, 4, 1, 2, 3).float()
@@ -82,6 +102,33 @@ class VAE3D(nn.Module):
              class_weight: torch.Tensor | None = None) -> torch.Tensor:
         z = self.encode(labels)
         return F.cross_entropy(self.decode(z), labels.long(), weight=class_weight) + l2 * z.pow(2).mean()
+
+
+class Res3d(nn.Module):
+    """Pre-activation residual block of two 3^3 convs (at latent resolution)."""
+
+    def __init__(self, ch: int):
+        super().__init__()
+        self.body = nn.Sequential(nn.SiLU(), nn.Conv3d(ch, ch, 3, padding=1),
+                                  nn.SiLU(), nn.Conv3d(ch, ch, 3, padding=1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.body(x)
+
+
+class Unpatchify3d(nn.Module):
+    """(B, K p^3, X, Y, Z) -> (B, K, pX, pY, pZ): channel (k, i, j, l) of cell (x, y, z) is
+    voxel (p x + i, p y + j, p z + l) of class k."""
+
+    def __init__(self, n_classes: int, p: int):
+        super().__init__()
+        self.k, self.p = n_classes, p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, _, nx, ny, nz = x.shape
+        k, p = self.k, self.p
+        x = x.view(b, k, p, p, p, nx, ny, nz).permute(0, 1, 5, 2, 6, 3, 7, 4)
+        return x.reshape(b, k, nx * p, ny * p, nz * p)
 
 
 def class_weights(labels: np.ndarray, power: float, n_classes: int = N_CLASSES) -> torch.Tensor | None:
@@ -302,13 +349,18 @@ def count_params(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
-def w2d_features(cls: torch.Tensor, depth: torch.Tensor, view_distance: float) -> torch.Tensor:
-    """(B, L, H, W) classes + depths -> (B, L*(K+1), H, W): one-hot class (air = no layer) and
-    depth scaled to [0, 1]."""
+def w2d_features(cls: torch.Tensor, depth: torch.Tensor, view_distance: float,
+                 albedo: bool = False) -> torch.Tensor:
+    """(B, L, H, W) classes + depths -> (B, L*(K+1[+3]), H, W): one-hot class (air = no layer),
+    [the class's base colour,] depth scaled to [0, 1]. The base colour (a G-buffer albedo) is a
+    fixed linear map of the one-hot (PALETTE^T one_hot): no new information, a shorter path from
+    a voxel's class to its colour for a small P (v2's P drew a landmark's colour from the true
+    w_2D on ~half of its pixels; CLAIMS.md)."""
     b, l, h, w = cls.shape
     oh = F.one_hot(cls.long(), N_CLASSES).permute(0, 1, 4, 2, 3).float()
     d = (depth / view_distance).unsqueeze(2)
-    return torch.cat([oh, d], 2).reshape(b, l * (N_CLASSES + 1), h, w)
+    parts = [oh] + ([torch.einsum("blkhw,kc->blchw", oh, torch.as_tensor(PALETTE))] if albedo else []) + [d]
+    return torch.cat(parts, 2).reshape(b, l * sum(p.shape[2] for p in parts), h, w)
 
 
 def to_unit(frames_u8: np.ndarray | torch.Tensor) -> torch.Tensor:

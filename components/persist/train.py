@@ -14,7 +14,7 @@ from components.persist.models import (VAE3D, CameraModel, DiTPixelModel, PixelU
                                        class_weights, count_params, device_of, noise_context, plucker,
                                        rf_interpolate, rf_loss, to_device, to_unit, w2d_features)
 from components.persist.raycast import project
-from components.persist.world import EYE_HEIGHT, LANDMARKS, N_ACTIONS, NOOP
+from components.persist.world import EYE_HEIGHT, LANDMARKS, N_ACTIONS, N_CLASSES, NOOP, place_pillar
 
 
 def _set_threads():
@@ -42,12 +42,14 @@ def train_vae3d_stage(cfg, ctx) -> None:
     n_val = max(1, n // 20)
     val, tr = flat[perm[:n_val]], flat[perm[n_val:]]
     dev = stage_device(cfg)
-    model = VAE3D(v.latent_channels, v.width).to(dev)
+    model = VAE3D(v.latent_channels, v.width, arch=v.arch).to(dev)
     gen = torch.Generator().manual_seed(v.seed)
+    rng = np.random.default_rng(v.seed)             # augmentation draws
 
     def batches():
         while True:
-            yield tr[torch.randint(len(tr), (v.batch_size,), generator=gen)]
+            b = tr[torch.randint(len(tr), (v.batch_size,), generator=gen)]
+            yield augment_crops(b, rng, v.insert_pillars) if v.augment else b
 
     def evaluate(m):
         return {"val/voxel_acc": voxel_accuracy(m, val), "val/solid_acc": voxel_accuracy(m, val, solid=True),
@@ -63,11 +65,37 @@ def train_vae3d_stage(cfg, ctx) -> None:
                   warmup=v.steps // 20, ctx=ctx, eval_fn=evaluate,
                   eval_every=max(1, v.steps // 4), prefix="vae3d")
     save_torch(ctx.out_dir / "vae3d.pt", {"state": cpu_state(model),
-                                          "args": dict(latent_channels=v.latent_channels, width=v.width)})
+                                          "args": dict(latent_channels=v.latent_channels, width=v.width,
+                                                       arch=v.arch)})
     last = records[-1]
     ctx.write_metrics({"final_loss": last["vae3d/loss"], "val_voxel_acc": last["val/voxel_acc"],
                        "val_solid_voxel_acc": last["val/solid_acc"],
                        "val_landmark_voxel_acc": last["val/landmark_acc"], "n_params": count_params(model)})
+
+
+def augment_crops(crops: torch.Tensor, rng: np.random.Generator, insert_pillars: int = 0) -> torch.Tensor:
+    """Label-preserving variations of agent-centred crops (B, X, Y, Z): a random permutation of
+    the landmark colours (the colour can then only come from the voxels, never from the
+    surroundings it was seen in), a random xy flip / transpose (crops are world-aligned, so any
+    of the 8 symmetries of the square is a crop of some world), and ``insert_pillars`` 1x1x3
+    landmark pillars of random colour stood on the surface at random columns."""
+    out = crops.numpy().copy()
+    lm = np.array(LANDMARKS)
+    for i, c in enumerate(out):
+        lut = np.arange(N_CLASSES, dtype=np.uint8)
+        lut[lm] = rng.permutation(lm)
+        c = lut[c]
+        if rng.random() < 0.5:
+            c = c[::-1]
+        if rng.random() < 0.5:
+            c = c[:, ::-1]
+        if rng.random() < 0.5 and c.shape[0] == c.shape[1]:
+            c = c.transpose(1, 0, 2)
+        for _ in range(insert_pillars):
+            x, y = rng.integers(0, c.shape[0]), rng.integers(0, c.shape[1])
+            place_pillar(c, np.array([x + 0.5, y + 0.5]), 1, 3, int(rng.choice(lm)))
+        out[i] = c
+    return torch.as_tensor(out)
 
 
 @torch.no_grad()
@@ -356,7 +384,7 @@ def pixel_cond(w2d: torch.Tensor | None, ctx_frames: torch.Tensor, ctx_tau: torc
 
 def pixel_cond_channels(pm, variant: str, n_classes: int) -> int:
     k = pixel_context_len(pm, variant)
-    return (pm.layers * (n_classes + 1) if variant == "persist" else 0) + 4 * k
+    return (pm.layers * (n_classes + 1 + 3 * pm.albedo) if variant == "persist" else 0) + 4 * k
 
 
 def pixel_batch(data, lat, idx, pm, variant: str, view_distance: float, rng, train: bool = True):
@@ -373,7 +401,8 @@ def pixel_batch(data, lat, idx, pm, variant: str, view_distance: float, rng, tra
     w2d = None
     if variant == "persist":
         w2d = w2d_features(torch.as_tensor(lat["w2d_cls"][e, t]),
-                           torch.as_tensor(lat["w2d_depth"][e, t].astype(np.float32)), view_distance)
+                           torch.as_tensor(lat["w2d_depth"][e, t].astype(np.float32)), view_distance,
+                           pm.albedo)
         w2d = noise_context(w2d, pm.world_noise)       # cross-component noise on W
     return target, pixel_cond(w2d, ctx_frames, ctx_tau), torch.as_tensor(acts, dtype=torch.int64)
 

@@ -41,6 +41,18 @@ def test_craftium_backend_fails_in_one_line_naming_the_key():
     _one_line(err.value, "world.backend", "numpy_voxel")
 
 
+def test_a_stage_called_without_preflight_names_the_backend_key_in_one_line(tmp_path):
+    """Regression: gen_worlds raised NotImplementedError (a traceback) for world.backend=craftium."""
+    from types import SimpleNamespace
+
+    from components.persist.data import gen_worlds_stage
+
+    cfg = PersistConfig.for_profile("paper", {"world": {"backend": "craftium"}})
+    with pytest.raises(PreflightError) as err:
+        gen_worlds_stage(cfg, SimpleNamespace(out_dir=tmp_path))
+    _one_line(err.value, "world.backend", "Craftium/Luanti")
+
+
 @pytest.mark.parametrize("sections, key", [
     ({"pixel_model": {"dit": {"patch": 7}}}, "pixel_model.dit.patch"),
     ({"world_model": {"patch": 7}}, "world_model.patch"),
@@ -93,7 +105,7 @@ def test_paper_world_model_vae_and_camera_have_the_papers_shapes():
     assert grid == (12, 12, 12) and cfg.vae3d.latent_channels == 48 and w.crop == w.height == 48
     with torch.device("meta"):
         world = build_world_model(cfg.world_model, cfg.vae3d.latent_channels, grid, w.frame)
-        vae = VAE3D(cfg.vae3d.latent_channels, cfg.vae3d.width)
+        vae = VAE3D(cfg.vae3d.latent_channels, cfg.vae3d.width, arch=cfg.vae3d.arch)
         camera = CameraModel(cfg.camera_model.context, 4 * grid[2] * cfg.vae3d.latent_channels,
                              cfg.camera_model.hidden)
     assert abs(count_params(world) / 686e6 - 1) < 0.05
