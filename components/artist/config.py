@@ -41,6 +41,8 @@ class Model(Section):
     encoder: Literal["cnn", "mlp"] = "cnn"   # patch encoder (the paper's is an MLP on padded patches)
     dropout: float = 0.0
     pointer: bool = True             # coarse-view tokens score the windows they cover (controller)
+    geometry: Literal["linear", "fourier"] = "linear"   # a view's window (start, end, width) embedded
+                                     # with sin/cos features (v3; "linear" until v2.1: CLAIMS.md)
 
 
 class Traces(Section):
