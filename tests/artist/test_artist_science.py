@@ -99,7 +99,7 @@ def test_fourier_geometry_makes_a_windows_quarter_a_linear_read_out():
 
     def read_out_accuracy(kind):
         x = torch.cat([geometry_features(g, kind), torch.ones(NF, 1, dtype=g.dtype)], dim=1)
-        w = torch.linalg.lstsq(x, target).solution
+        w = torch.linalg.pinv(x, rtol=1e-8) @ target   # least squares; the features are rank-deficient
         return float(((x @ w).argmax(1) == quarter).double().mean())
 
     assert read_out_accuracy("linear") <= 0.75
