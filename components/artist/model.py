@@ -15,12 +15,25 @@ from torch import nn
 
 MAX_OPTIONS = 5
 N_FAMILIES = 6
+FOURIER_FREQS = (1.0, 2.0, 4.0, 8.0)   # cycles per series: halves/quarters (1, 2) to fine windows (8)
+
+
+def geometry_features(geometry: torch.Tensor, kind: str) -> torch.Tensor:
+    """(..., 3) relative (start, end, width) -> what the geometry embedding reads. ``fourier`` adds
+    sin/cos of start and end at a few frequencies, so "which quarter / which fine window" is a
+    linear read-out of one view's code; from the raw start alone, a quarter is a threshold that
+    the attention-averaged code of several views blurs (the binding the localize answer needs)."""
+    if kind == "linear":
+        return geometry
+    freqs = torch.tensor(FOURIER_FREQS, dtype=geometry.dtype, device=geometry.device)
+    ang = 2 * torch.pi * geometry[..., :2, None] * freqs                 # (..., 2, F)
+    return torch.cat([geometry, torch.sin(ang).flatten(-2), torch.cos(ang).flatten(-2)], dim=-1)
 
 
 class ArtistPolicy(nn.Module):
     def __init__(self, n_actions: int, budget: int, max_views: int, d_model: int = 64, n_layers: int = 2,
                  n_heads: int = 4, patch: int = 16, dropout: float = 0.0, encoder: str = "cnn",
-                 n_fine: int = 0, n_quarters: int = 0):
+                 n_fine: int = 0, n_quarters: int = 0, geometry: str = "linear"):
         super().__init__()
         if budget % patch:
             raise ValueError(f"budget {budget} must be a multiple of patch {patch}")
@@ -40,7 +53,11 @@ class ArtistPolicy(nn.Module):
         else:
             raise ValueError(f"unknown encoder {encoder!r} (cnn, mlp)")
         self.patch_pos = nn.Embedding(self.n_patches, d_model)
-        self.geometry = nn.Linear(3, d_model)
+        if geometry not in ("linear", "fourier"):
+            raise ValueError(f"unknown geometry {geometry!r} (linear, fourier)")
+        self.geometry_kind = geometry
+        n_geo = 3 if geometry == "linear" else 3 + 4 * len(FOURIER_FREQS)
+        self.geometry = nn.Linear(n_geo, d_model)
         self.round = nn.Embedding(max_views, d_model)
         layer = nn.TransformerEncoderLayer(d_model, n_heads, 4 * d_model, dropout, batch_first=True,
                                            norm_first=True)
@@ -62,11 +79,11 @@ class ArtistPolicy(nn.Module):
         Returns controller logits (b, A + 1) and answer logits (b, MAX_OPTIONS), unmasked."""
         b, v, _ = views.shape
         tok = (self.embed_patches(views) + self.patch_pos.weight[None, None]
-               + self.geometry(geometry)[:, :, None] + self.round.weight[None, :v, None])
+               + self.embed_geometry(geometry)[:, :, None] + self.round.weight[None, :v, None])
         tok = tok.reshape(b, v * self.n_patches, -1)
         head = torch.cat([self.special[None].expand(b, -1, -1),
                           self.family(family)[:, None],
-                          self.geometry(args) + self.arg_slot[None]], dim=1)
+                          self.embed_geometry(args) + self.arg_slot[None]], dim=1)
         x = torch.cat([head, tok], dim=1)
         pad = torch.cat([torch.zeros(b, head.shape[1], dtype=torch.bool, device=views.device),
                          (~present)[:, :, None].expand(b, v, self.n_patches).reshape(b, -1)], dim=1)
@@ -78,6 +95,9 @@ class ArtistPolicy(nn.Module):
             point = torch.cat([coarse[:, :, :per].reshape(b, -1), coarse[:, :, per:].reshape(b, -1)], dim=1)
             ctrl = ctrl + torch.cat([point, torch.zeros_like(ctrl[:, -1:])], dim=1)
         return ctrl, self.answer_head(h[:, 1])
+
+    def embed_geometry(self, geometry: torch.Tensor) -> torch.Tensor:
+        return self.geometry(geometry_features(geometry, self.geometry_kind))
 
     def embed_patches(self, views: torch.Tensor) -> torch.Tensor:
         """(b, V, budget) -> (b, V, n_patches, d)."""

@@ -65,7 +65,8 @@ def make_policy(model_cfg, views_cfg, budget: int | None = None, max_views: int 
                         n_layers=model_cfg.n_layers, n_heads=model_cfg.n_heads, patch=model_cfg.patch,
                         dropout=model_cfg.dropout, encoder=model_cfg.encoder,
                         n_fine=views_cfg.n_fine if model_cfg.pointer else 0,
-                        n_quarters=views_cfg.n_quarters if model_cfg.pointer else 0)
+                        n_quarters=views_cfg.n_quarters if model_cfg.pointer else 0,
+                        geometry=model_cfg.geometry)
 
 
 def gather_inputs(tasks: TaskSet, idx: torch.Tensor, chosen: torch.Tensor):

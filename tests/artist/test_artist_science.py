@@ -86,6 +86,33 @@ def test_fraction_read_counts_the_union_of_windows():
     np.testing.assert_allclose(fraction_read(acts, np.full(3, N), NF, NQ), [2 / 16, 4 / 16, 0.0])
 
 
+def test_fourier_geometry_makes_a_windows_quarter_a_linear_read_out():
+    """The localize answer is the quarter of the view holding the burst. From (start, end, width)
+    alone no least-squares linear read-out gets the quarter of the 16 fine windows right (it is a
+    staircase in start); with the sin/cos features it does, for every window."""
+    from components.artist.model import ArtistPolicy, geometry_features
+    from components.artist.views import window_geometry
+
+    g = torch.from_numpy(window_geometry(NF, NQ))[1:1 + NF].double()
+    quarter = torch.arange(NF) // (NF // NQ)
+    target = torch.nn.functional.one_hot(quarter, NQ).double()
+
+    def read_out_accuracy(kind):
+        x = torch.cat([geometry_features(g, kind), torch.ones(NF, 1, dtype=g.dtype)], dim=1)
+        w = torch.linalg.pinv(x, rtol=1e-8) @ target   # least squares; the features are rank-deficient
+        return float(((x @ w).argmax(1) == quarter).double().mean())
+
+    assert read_out_accuracy("linear") <= 0.75
+    assert read_out_accuracy("fourier") == 1.0
+    model = ArtistPolicy(n_actions=NF + NQ, budget=B, max_views=5, patch=16, geometry="fourier").eval()
+    ctrl, ans = model(torch.zeros(2, dtype=torch.long), torch.zeros(2, 2, 3), torch.randn(2, 3, B),
+                      torch.from_numpy(window_geometry(NF, NQ))[[0, 1, 18]][None].expand(2, -1, -1),
+                      torch.ones(2, 3, dtype=torch.bool))
+    assert ctrl.shape == (2, NF + NQ + 1) and ans.shape == (2, 5) and torch.isfinite(ans).all()
+    with pytest.raises(ValueError, match="unknown geometry"):
+        ArtistPolicy(n_actions=NF + NQ, budget=B, max_views=5, patch=16, geometry="polar")
+
+
 # ------------------------------------------------------------------ generator
 def _hf(x):
     """Amplitude of the period-4 oscillation in a segment (quadrature demodulation)."""
