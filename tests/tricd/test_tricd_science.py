@@ -232,31 +232,12 @@ def test_reinforce_router_learns_the_best_tool_per_context(tool_ids):
     """Contextual bandit: two contexts, one rewarded tool each (all others penalised).
     lr 1e-3 x 400 steps (was 1e-2 x 150, which passed for 1 of 5 seeds only: Adam's noise steps
     saturate the router before the rare exact-one-hot rewards register)."""
-    from components.tricd.policy import ToolRouter, bernoulli_logp, reinforce_loss
+    from components.tricd.probe_bandit import BEST_TOOL, N_TOOLS, train_bandit_router
 
-    torch.manual_seed(0)
-    n_tools, d = 4, 16
-    contexts = torch.randn(2, 3, d)
-    router = ToolRouter(d, 16, 4, torch.randn(n_tools, 3, d), torch.zeros(n_tools, 3, dtype=torch.bool), tool_ids)
-    opt = torch.optim.AdamW(router.parameters(), lr=1e-3)
-    best = {0: 1, 1: 3}
-    gen = torch.Generator().manual_seed(0)
-    state = {"baseline": 0.0}
-    for _ in range(400):
-        ctx_ids = torch.randint(0, 2, (32,), generator=gen)
-        probs = torch.sigmoid(router(contexts[ctx_ids], torch.zeros(32, 3, dtype=torch.bool))).clamp(1e-6, 1 - 1e-6)
-        actions = torch.bernoulli(probs.detach(), generator=gen)
-        target = torch.nn.functional.one_hot(torch.tensor([best[int(c)] for c in ctx_ids]), n_tools).float()
-        reward = np.where((actions == target).all(1).numpy(), 1.0, -1.0)
-        loss = reinforce_loss(bernoulli_logp(probs, actions), reward, state, 0.95)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    with torch.no_grad():
-        probs = torch.sigmoid(router(contexts, torch.zeros(2, 3, dtype=torch.bool)))
+    probs = train_bandit_router(seed=0, lr=1e-3, steps=400, tool_ids=tool_ids)
     chosen = (probs > 0.4).float()
-    for c, tool in best.items():
-        assert chosen[c].tolist() == torch.nn.functional.one_hot(torch.tensor(tool), n_tools).float().tolist()
+    for c, tool in BEST_TOOL.items():
+        assert chosen[c].tolist() == torch.nn.functional.one_hot(torch.tensor(tool), N_TOOLS).float().tolist()
         assert probs[c, tool] > 0.9
 
 
