@@ -177,6 +177,13 @@ def prepare_data_stage(cfg, ctx) -> None:
     ctx.write_metrics({f"n_{name}": n for name, n in sizes.items()} | {"n_corrupted_sets": len(corrupted)})
 
 
+def member_dir(stage_inputs: dict, seed: int, name: str):
+    """Folder of one model inside a per-seed instance: inter_train, inter_train_shift and
+    fine_tune run every ingredient / model of a seed in one stage instance (each instance costs
+    runtime overhead; v3 had 57 of them for these three stages)."""
+    return stage_inputs[str(seed)] / name
+
+
 def load_splits(data_dir) -> dict:
     return load_torch(data_dir / "splits.pt")
 

@@ -6,7 +6,7 @@ import numpy as np
 
 from components.common.io import load_torch, read_json, read_table, write_json_atomic, write_table
 from components.common.metrics import paired_difference, summarize
-from components.selfsoup.data import corrupted_set, load_corrupted, load_splits
+from components.selfsoup.data import corrupted_set, load_corrupted, load_splits, member_dir
 from components.selfsoup.soup import classifier, evaluate_model, midpoint_barrier
 from components.selfsoup.ssl import start, stock_arch
 
@@ -19,7 +19,7 @@ def evaluate_stage(cfg, ctx) -> None:
     data_dir = ctx.inputs["prepare_data"]
     test = load_splits(data_dir)["test"]
     corrupted = load_corrupted(data_dir)
-    models = {m: ctx.inputs["fine_tune"][f"{m}-{seed}"] / "model.pt" for m in cfg.finetune.models}
+    models = {m: member_dir(ctx.inputs["fine_tune"], seed, m) / "model.pt" for m in cfg.finetune.models}
     models |= {s: ctx.inputs["soup"][str(seed)] / f"{s}.pt" for s in SOUPS}
     shift = {f"{c}_{cfg.data.shift_severity}" for c in cfg.data.shift_corruptions}
     sets = {"clean": (test["x"], test["y"])} | {k: corrupted_set(v, test["y"]) for k, v in corrupted.items()}
@@ -59,7 +59,7 @@ def cross_init_barriers(cfg, fine_tune_inputs: dict, seeds: list[int], val, arch
     """Control: stock->FT models of different seeds come from different random initialisations
     (in the paper profile they share the checkpoint, so this control is expected to be low)."""
     pairs = list(zip(seeds, seeds[1:] + seeds[:1])) if len(seeds) > 2 else list(zip(seeds[:1], seeds[1:]))
-    states = {s: load_torch(fine_tune_inputs[f"stock-{s}"] / "model.pt") for s in seeds}
+    states = {s: load_torch(member_dir(fine_tune_inputs, s, "stock") / "model.pt") for s in seeds}
     net = classifier(cfg, val["x"].shape[-1], states[seeds[0]], arch)
     return [midpoint_barrier(net, states[a], states[b], val["x"], val["y"]) for a, b in pairs]
 
@@ -67,7 +67,7 @@ def cross_init_barriers(cfg, fine_tune_inputs: dict, seeds: list[int], val, arch
 def premises(cfg, ctx, seeds: list[int], ingredients: list[str]) -> dict:
     """The setting's premises, from weights and validation data only (no test number enters)."""
     soups = [read_json(ctx.inputs["soup"][str(s)] / "soup.json") for s in seeds]
-    val_acc = {m: [100 * read_json(ctx.inputs["fine_tune"][f"{m}-{s}"] / "val.json")["val_acc"] for s in seeds]
+    val_acc = {m: [100 * read_json(member_dir(ctx.inputs["fine_tune"], s, m) / "val.json")["val_acc"] for s in seeds]
                for m in ["stock", *ingredients]}
     over_stock = {m: paired_difference(val_acc[m], val_acc["stock"]) for m in ingredients}
     out = {"ingredient_minus_stock_val": over_stock,

@@ -12,22 +12,21 @@ from components.common.io import load_torch, save_torch, write_json_atomic
 from components.common.seeds import seed_everything
 from components.common.soups import uniform_soup
 from components.common.train import fit
-from components.selfsoup.data import augment, batches, load_splits
+from components.selfsoup.data import augment, batches, load_splits, member_dir
 from components.selfsoup.ssl import build_encoder, cpu_state, device, start, stock_arch
 from components.selfsoup.vit import Classifier, autocast, device_of, predict_logits
 
 
 def initial_encoder_state(name: str, seed: int, cfg, inputs) -> dict:
     """Where fine-tuning starts for ``name`` (see FineTune.models in config.py)."""
-    key = f"-{seed}"
     if name == "stock":
         return load_torch(inputs["pretrain_stock"][str(seed)] / "encoder.pt")
     if name == "selfsoup_shift":
-        dirs = [inputs["inter_train_shift"][n + key] for n in cfg.robustness.ingredients]
+        dirs = [member_dir(inputs["inter_train_shift"], seed, n) for n in cfg.robustness.ingredients]
     elif name == "selfsoup_clean":
-        dirs = [inputs["inter_train"][n + key] for n in cfg.robustness.ingredients]
+        dirs = [member_dir(inputs["inter_train"], seed, n) for n in cfg.robustness.ingredients]
     else:
-        return load_torch(inputs["inter_train"][name + key] / "encoder.pt")
+        return load_torch(member_dir(inputs["inter_train"], seed, name) / "encoder.pt")
     return uniform_soup([load_torch(d / "encoder.pt") for d in dirs])
 
 
@@ -59,24 +58,36 @@ def fine_tune(model: Classifier, train: dict, ft, lr: float, ctx=None, prefix: s
         warmup=int(ft.warmup_frac * steps), ctx=ctx, prefix=prefix, log_every=max(1, steps // 10))
 
 
-def fine_tune_stage(cfg, ctx) -> None:
-    name, seed = ctx.item["model"], ctx.item["seed"]
-    start(seed)
-    splits = load_splits(ctx.inputs["prepare_data"])
+def fine_tune_model(cfg, name: str, seed: int, inputs, splits: dict, out_dir, ctx=None) -> dict:
+    """Fine-tune ``name`` at every lr of the grid (same batches for each), keep the lr with the
+    best val accuracy; saves model.pt and val.json under ``out_dir``."""
     train, val = splits["train"], splits["val"]
-    encoder_state = initial_encoder_state(name, seed, cfg, ctx.inputs)
-    stock_dir = ctx.inputs["pretrain_stock"][str(seed)]
+    encoder_state = initial_encoder_state(name, seed, cfg, inputs)
+    stock_dir = inputs["pretrain_stock"][str(seed)]
     head_state, arch = load_torch(stock_dir / "head_init.pt"), stock_arch(stock_dir)
     best = None
     val_accs = {}
     for lr in cfg.finetune.lrs:
-        seed_everything(seed)  # same batches and augmentations for every lr of the grid
+        seed_everything(seed)  # same batches and augmentations for every lr and every model of a seed
         model = build_classifier(cfg, train["x"].shape[-1], encoder_state, head_state, arch)
-        fine_tune(model, train, cfg.finetune, lr, ctx, prefix=f"ft_lr{lr:g}")
+        fine_tune(model, train, cfg.finetune, lr, ctx, prefix=f"ft_{name}_lr{lr:g}")
         val_accs[lr] = accuracy(model, val["x"], val["y"])
         if best is None or val_accs[lr] > val_accs[best[0]]:
             best = (lr, cpu_state(model))
     summary = {"val_acc": val_accs[best[0]], "lr": best[0]} | {f"val_acc_lr{lr:g}": a for lr, a in val_accs.items()}
-    save_torch(ctx.out_dir / "model.pt", best[1])
-    write_json_atomic(ctx.out_dir / "val.json", summary)  # read by the soup stage
-    ctx.write_metrics(summary)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    save_torch(out_dir / "model.pt", best[1])
+    write_json_atomic(out_dir / "val.json", summary)  # read by the soup and report stages
+    return summary
+
+
+def fine_tune_stage(cfg, ctx) -> None:
+    """Every model of FineTune.models for the instance's seed (one instance per seed)."""
+    seed = ctx.item["seed"]
+    start(seed)
+    splits = load_splits(ctx.inputs["prepare_data"])
+    metrics = {}
+    for name in cfg.finetune.models:
+        summary = fine_tune_model(cfg, name, seed, ctx.inputs, splits, ctx.out_dir / name, ctx)
+        metrics |= {f"{name}_{k}": v for k, v in summary.items()}
+    ctx.write_metrics(metrics)

@@ -9,7 +9,7 @@ from torch.func import functional_call
 
 from components.common.io import load_torch, save_torch, write_json_atomic
 from components.common.soups import mix_stacked, stack_state_dicts, uniform_soup, weighted_soup
-from components.selfsoup.data import as_float, batches, downstream_unlabelled, load_splits
+from components.selfsoup.data import as_float, batches, downstream_unlabelled, load_splits, member_dir
 from components.selfsoup.knn import knn_accuracy
 from components.selfsoup.losses import knn_neighbour_entropy
 from components.selfsoup.ssl import build_encoder, device, start, stock_arch
@@ -61,7 +61,7 @@ def self_season_stage(cfg, ctx) -> None:
     names = ["stock"] + list(cfg.inter_train.ingredients)
     stock_dir = ctx.inputs["pretrain_stock"][str(seed)]
     states = [load_torch(stock_dir / "encoder.pt")]
-    states += [load_torch(ctx.inputs["inter_train"][f"{n}-{seed}"] / "encoder.pt") for n in names[1:]]
+    states += [load_torch(member_dir(ctx.inputs["inter_train"], seed, n) / "encoder.pt") for n in names[1:]]
     encoder = build_encoder(cfg.model, images.shape[-1], stock_arch(stock_dir)).to(device(cfg.model))
     weights, history = learn_mixing_weights(encoder, states, images, cfg.season, ctx)
 

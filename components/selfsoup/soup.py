@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from components.common.io import load_torch, read_json, save_torch, write_json_atomic
 from components.common.soups import greedy_soup, interpolate, uniform_soup
-from components.selfsoup.data import load_splits
+from components.selfsoup.data import load_splits, member_dir
 from components.selfsoup.ssl import build_encoder, device, start, stock_arch
 from components.selfsoup.vit import Classifier, predict_logits
 
@@ -65,7 +65,7 @@ def soup_stage(cfg, ctx) -> None:
     splits = load_splits(ctx.inputs["prepare_data"])
     val = splits["val"]
     names = list(cfg.inter_train.ingredients)
-    dirs = [ctx.inputs["fine_tune"][f"{n}-{seed}"] for n in names]
+    dirs = [member_dir(ctx.inputs["fine_tune"], seed, n) for n in names]
     states = [load_torch(d / "model.pt") for d in dirs]
     val_scores = [read_json(d / "val.json")["val_acc"] for d in dirs]
     stock_dir = ctx.inputs["pretrain_stock"][str(seed)]

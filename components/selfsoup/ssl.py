@@ -211,11 +211,11 @@ def projection_collapse(learner: nn.Module, images: torch.Tensor) -> dict:
     return {"head_mean_cosine_val": mean_cosine(batched(nn.Sequential(learner.encoder, learner.head), images))}
 
 
-def _inter_train(cfg, ctx, images: torch.Tensor, steps: int, prefix: str) -> None:
-    name, seed = ctx.item["ingredient"], ctx.item["seed"]
-    start(seed)
+def inter_train_one(cfg, name: str, stock_dir, images: torch.Tensor, steps: int, out_dir, ctx=None,
+                    prefix: str = "ssl") -> dict:
+    """One ingredient: SSL ``name``'s recipe from the stock on ``images``; saves its encoder
+    (heads are discarded) under ``out_dir``; returns the final loss, the encoder and the learner."""
     recipe = cfg.inter_train.recipes[name]
-    stock_dir = ctx.inputs["pretrain_stock"][str(seed)]
     arch = stock_arch(stock_dir)
     encoder = build_encoder(cfg.model, images.shape[-1], arch)
     encoder.load_state_dict(load_torch(stock_dir / "encoder.pt"))
@@ -227,23 +227,38 @@ def _inter_train(cfg, ctx, images: torch.Tensor, steps: int, prefix: str) -> Non
     learner = make_learner(recipe, encoder, decoder, it.augment).to(device(cfg.model))
     records = train_ssl(learner, images, steps=steps, batch=it.batch, lr=recipe.lr, head_lr=it.head_lr,
                         weight_decay=it.weight_decay, warmup_frac=it.warmup_frac, ctx=ctx, prefix=prefix)
-    save_torch(ctx.out_dir / "encoder.pt", cpu_state(encoder))  # heads are discarded
+    save_torch(out_dir / "encoder.pt", cpu_state(encoder))
+    return {"final_loss": records[-1][f"{prefix}/loss"] if records else float("nan"), "encoder": encoder,
+            "learner": learner}
+
+
+def _inter_train(cfg, ctx, images: torch.Tensor, names: list[str], steps: int, prefix: str) -> None:
+    """Every ingredient in ``names`` for the instance's seed, one after another (one instance per
+    seed), each from the same seeded RNG state as if it ran alone."""
+    seed = ctx.item["seed"]
+    stock_dir = ctx.inputs["pretrain_stock"][str(seed)]
     train, val = (load_splits(ctx.inputs["prepare_data"])[k] for k in ("train", "val"))
-    ctx.write_metrics({"final_loss": records[-1][f"{prefix}/loss"] if records else float("nan"),
-                       "algo": recipe.algo,  # label-free diagnostic of the representation, on val
-                       "knn_val_acc": knn_accuracy(embed(encoder, train["x"]), train["y"],
-                                                   embed(encoder, val["x"]), val["y"],
-                                                   num_classes=cfg.model.num_classes)}
-                      | projection_collapse(learner, val["x"]))
+    metrics = {}
+    for name in names:
+        start(seed)
+        (ctx.out_dir / name).mkdir(parents=True, exist_ok=True)
+        r = inter_train_one(cfg, name, stock_dir, images, steps, ctx.out_dir / name, ctx, f"{prefix}_{name}")
+        encoder = r["encoder"]
+        diag = {"final_loss": r["final_loss"],  # label-free diagnostics of the representation, on val
+                "knn_val_acc": knn_accuracy(embed(encoder, train["x"]), train["y"], embed(encoder, val["x"]),
+                                            val["y"], num_classes=cfg.model.num_classes)}
+        diag |= projection_collapse(r["learner"], val["x"])
+        metrics |= {f"{name}_{k}": v for k, v in diag.items()}
+    ctx.write_metrics(metrics)
 
 
 def inter_train_stage(cfg, ctx) -> None:
-    """Ingredient from the downstream task's clean train + val images (labels never read)."""
+    """Ingredients from the downstream task's clean train + val images (labels never read)."""
     images = downstream_unlabelled(load_splits(ctx.inputs["prepare_data"]))
-    _inter_train(cfg, ctx, images, cfg.inter_train.steps, prefix="ssl")
+    _inter_train(cfg, ctx, images, cfg.inter_train.ingredients, cfg.inter_train.steps, prefix="ssl")
 
 
 def inter_train_shift_stage(cfg, ctx) -> None:
-    """Ingredient from unlabelled corrupted *test* images (transductive; never their labels)."""
+    """Ingredients from unlabelled corrupted *test* images (transductive; never their labels)."""
     images = shift_pool(ctx.inputs["prepare_data"], cfg.data)
-    _inter_train(cfg, ctx, images, cfg.robustness.steps, prefix="ssl_shift")
+    _inter_train(cfg, ctx, images, cfg.robustness.ingredients, cfg.robustness.steps, prefix="ssl_shift")

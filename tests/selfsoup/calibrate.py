@@ -31,12 +31,12 @@ def finetune_noise_distance(cfg, root: Path, seed: int, order_seed: int) -> tupl
     start(seed)
     stock_dir = root / "pretrain_stock" / str(seed)
     splits = load_splits(root / "prepare_data" / "out")
-    lr = read_json(root / "fine_tune" / f"stock-{seed}" / "val.json")["lr"]
+    lr = read_json(root / "fine_tune" / str(seed) / "stock" / "val.json")["lr"]
     seed_everything(order_seed)
     model = build_classifier(cfg, splits["train"]["x"].shape[-1], load_torch(stock_dir / "encoder.pt"),
                              load_torch(stock_dir / "head_init.pt"))
     fine_tune(model, splits["train"], cfg.finetune, lr)
-    reference = load_torch(root / "fine_tune" / f"stock-{seed}" / "model.pt")
+    reference = load_torch(root / "fine_tune" / str(seed) / "stock" / "model.pt")
     scale = weight_norm(start_state(stock_dir))
     return weight_distance(model.state_dict(), reference) / scale, accuracy(model, splits["val"]["x"], splits["val"]["y"])
 
@@ -56,8 +56,8 @@ def main() -> None:
     seconds = {k: round(v["_seconds"], 1) for k, v in summaries.items()}
     noise, noise_val = finetune_noise_distance(cfg, args.root, args.seed, order_seed=args.seed + 1)
     soup = read_json(args.root / "soup" / str(args.seed) / "soup.json")
-    val = {m: summaries[f"fine_tune/{m}-{args.seed}"]["val_acc"] for m in cfg.finetune.models}
-    knn = {k.split("/")[1]: v["knn_val_acc"] for k, v in summaries.items() if k.startswith("inter_train/")}
+    val = {m: summaries[f"fine_tune/{args.seed}"][f"{m}_val_acc"] for m in cfg.finetune.models}
+    knn = {k: v for k, v in summaries[f"inter_train/{args.seed}"].items() if k.endswith("knn_val_acc")}
     out = {"overrides": json.loads(args.set), "stock": summaries.get(f"pretrain_stock/{args.seed}"),
            "ingredient_knn_val_acc": knn,
            "val_acc": val, "ingredient_minus_stock_val": {m: 100 * (val[m] - val["stock"])

@@ -45,7 +45,7 @@ def test_selfsoup_stage_functions_chain_with_local_context(tmp_path):
     from tests.selfsoup.chain import run_chain
 
     summaries = run_chain(METHOD, SelfsoupConfig.for_profile("smoke"), tmp_path)
-    assert summaries["fine_tune/selfsoup_shift-0"]["val_acc"] >= 0
+    assert summaries["fine_tune/0"]["selfsoup_shift_val_acc"] >= 0
     assert abs(sum(v for k, v in summaries["self_season/0"].items() if k.startswith("weight_")) - 1) < 1e-6
     assert {"pass_a", "pass_b", "pass_c", "pass_d", "premise_barrier_mean"} <= summaries["report"].keys()
     table = read_table(tmp_path / "evaluate" / "0" / "metrics.parquet").to_pandas()
