@@ -29,13 +29,14 @@ class Data(Section):
     grf_tau: float = 3.0
     grf_modes: int = 16            # cosine modes per axis: the field is defined off-grid too
     helmholtz_k: float = 1.0       # k^2 far from the first Dirichlet eigenvalue 2 pi^2
-    # v3 committed run on fresh draws: seed 0 (v2's data) is the dev seed its knobs were set on
-    seed: int = 1
+    # v4 committed run on fresh draws: seed 0 (v2's data) is the dev seed its knobs were set on;
+    # seed 1 was v3's pre-registered draw (never run), left unused
+    seed: int = 2
 
 
 class Masks(Section):
     obs_fraction: float = 0.03     # 31 of 32^2 nodes; 500 of 128^2 in the paper [code]
-    seed: int = 4321               # one fixed mask per val/test sample, shared by every method
+    seed: int = 8765               # one fixed mask per val/test sample, shared by every method
 
 
 class VAE(Section):
@@ -69,17 +70,22 @@ class Diffusion(Section):
     beta_end: float = 0.012
     latent_channels: int = 32       # latent UNet: 32 / 64 channels at 8^2 / 4^2, cross-attention
     pixel_channels: int = 16        # pixel UNet: 16 / 32 / 32 channels at 32^2 / 16^2 / 8^2
-    latent_steps: int = 1200
-    # about the same training wall time as the latent denoiser (a pixel step costs ~2x a latent step)
-    pixel_steps: int = 500
+    # v4, calibrated on the dev seed (CLAIMS.md): 1200 steps had not converged (loss still
+    # falling); at 2000 steps and lr 3e-3 the last fifth of the loss equals the fifth before
+    latent_steps: int = 2000
+    # the same training wall time as the latent denoiser: measured 0.055 s per pixel step vs
+    # 0.043 s per latent step (towers and lifting included) on one core
+    pixel_steps: int = 1600
     cond_dropout: float = 0.1       # rows trained with the null token: the unconditional prior
     finetune_encoder: bool = True   # the diffusion loss also trains the point-set towers
     # v3: the observations lifted to the latent grid (kernel mean + density) are concatenated to
     # the denoiser's input; cross-attention to point tokens alone was ignored (v1, v2)
     spatial_condition: bool = True
-    lift_width: float = 0.5         # Gaussian kernel sigma = lift_width / sqrt(observed points)
+    # Gaussian kernel sigma = lift_width / sqrt(observed points); v4: 0.25 (dev seed, val) beat
+    # 0.5 and 1.0: a narrow kernel keeps each observation on its own latent pixel
+    lift_width: float = 0.25
     batch_size: int = 16
-    lr: float = 1.5e-3
+    lr: float = 3.0e-3              # v4 (dev seed): 3e-3 beat 1.5e-3; shared by the pixel baseline
     seed: int = 0
 
 
@@ -146,7 +152,8 @@ class Paper(Section):
 
 
 class DibilpsConfig(MethodConfig):
-    seeds: list[int] = [3, 4, 5]            # sampling seeds of every diffusion sampler (v2: 0, 1, 2)
+    # sampling seeds of every diffusion sampler (v2: 0, 1, 2; v3 pre-registered 3, 4, 5, never run)
+    seeds: list[int] = [6, 7, 8]
     data: Data = Data()
     masks: Masks = Masks()
     vae: VAE = VAE()
