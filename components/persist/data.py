@@ -2,6 +2,8 @@
 frames, depth, class maps, cameras and agent-centred voxel crops from the ray caster."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 
 from components.common.io import load_npz, save_npz, write_json_atomic, write_table
@@ -167,11 +169,20 @@ def probe_set(worlds: np.ndarray, spec: EnvSpec, n: int, steps: int, hw: tuple[i
 
 def rollout_set(worlds: np.ndarray, spec: EnvSpec, plan: list[tuple[int, str, int]],
                 hw: tuple[int, int], rng: np.random.Generator, ctx=None, keep_cells: bool = False,
-                spin: int = 24) -> dict[str, np.ndarray]:
-    """``plan`` = [(world index, policy, steps)]; every episode of a set has the same length."""
+                spin: int = 24, near_pillar=None) -> dict[str, np.ndarray]:
+    """``plan`` = [(world index, policy, steps)]; every episode of a set has the same length.
+    ``near_pillar`` (``frac``, ``distance``): that fraction of episodes starts with a 1x1x3 pillar
+    of a random landmark colour stood ``distance`` voxels in front of the spawn, in view (as in
+    the memory probe, whose colour is drawn independently at evaluation)."""
     eps = []
     for i, (w, kind, steps) in enumerate(plan):
-        ep = run_episode(worlds[w], spec, policy_actions(kind, steps, rng, spin), hw, rng)
+        actions = policy_actions(kind, steps, rng, spin)
+        if near_pillar is not None and rng.random() < near_pillar.frac:
+            ep = probe_episode(worlds[w], spec, actions, hw, rng, near_pillar.distance, 1, 3)
+            for key in ("probe_colour", "probe_cells", "probe_mask"):
+                ep.pop(key)
+        else:
+            ep = run_episode(worlds[w], spec, actions, hw, rng)
         if not keep_cells:
             ep.pop("cells")
         eps.append(ep)
@@ -194,7 +205,9 @@ def rollout_env_stage(cfg, ctx) -> None:
     plan = [(wi, str(rng.choice(kinds, p=probs)), r.steps)
             for wi in range(len(worlds["train"])) for _ in range(r.episodes_per_world)]
     spin = spin_steps(w)
-    train = rollout_set(worlds["train"], spec, plan, hw, rng, ctx, spin=spin)
+    near = SimpleNamespace(frac=r.train_near_pillar_frac, distance=r.probe_distance) \
+        if r.train_near_pillar_frac > 0 else None
+    train = rollout_set(worlds["train"], spec, plan, hw, rng, ctx, spin=spin, near_pillar=near)
     save_npz(ctx.out_dir / "train.npz", **train)
     n_eval = len(worlds["eval"])
     probe = probe_set(worlds["eval"], spec, r.eval_probe_episodes, spin, hw, rng, r)

@@ -17,7 +17,7 @@ import torch
 from components.common.io import load_torch, write_table
 from components.common.seeds import seed_everything
 from components.persist.data import env_spec, load_npz, save_npz, spin_steps
-from components.persist.models import (CameraModel, OnDevice, noise_context, plucker, rf_sample, to_unit,
+from components.persist.models import (CameraModel, OnDevice, albedo_prior, noise_context, plucker, rf_sample, to_unit,
                                        w2d_features)
 from components.persist.raycast import pixel_rays, project, render_views
 from components.persist.train import (build_pixel_model, build_world_model, camera_inputs,
@@ -158,7 +158,7 @@ def _sample_frame(models: Models, variant: str, w2d, history: list[torch.Tensor]
     with torch.no_grad():
         x = rf_sample(lambda x, tau: model(x, tau, cond, a), (b, 3, *ctx_frames.shape[-2:]),
                       ev.rf_steps, ev.eta, gen)
-    return x.clamp(-1, 1)
+    return (x + albedo_prior(model, cond)).clamp(-1, 1)
 
 
 def project_world(models: Models, labels: np.ndarray, cams: np.ndarray) -> torch.Tensor:
@@ -382,6 +382,24 @@ def probe_score(colour_of, frames_u8: np.ndarray, ep: dict, starts: np.ndarray,
     return float(np.mean(scores)) if scores else float("nan")
 
 
+def state_probe_score(labels: np.ndarray, cams: np.ndarray, ep: dict, starts: np.ndarray,
+                      view_distance: float) -> float:
+    """The probe score of the world *state* a row renders from: over the same scored frames and
+    ground-truth probe pixels as ``probe_score``, the fraction whose first projected voxel in the
+    decoded world frame (``labels`` (B, T, X, Y, Z), cameras ``cams`` (B, T, 10)) has the probe's
+    colour. For the oracle row it is what the 3D VAE keeps of the probe: the ceiling of what P can
+    show; for persist, what W kept."""
+    hw = ep["probe_mask"].shape[-2:]
+    scores = []
+    for i, t in enumerate(starts):
+        m = ep["probe_mask"][i, t:] if t > 0 else None
+        if m is None or m.sum() == 0:
+            continue
+        first = project(labels[i, t:], cams[i, t:], hw, 1, view_distance)["cls"][:, 0]
+        scores.append(float((first[m] == int(ep["probe_colour"][i])).mean()))
+    return float(np.mean(scores)) if scores else float("nan")
+
+
 # ----------------------------------------------------------------------------- editing
 def edit_cells(ep: dict, worlds: np.ndarray, spec, i: int, distance: float) -> tuple[np.ndarray, int]:
     """A 1x1x3 landmark pillar on the ground ``distance`` voxels *behind* the agent at t = 0
@@ -466,7 +484,7 @@ def _cells_mask(cell_map: np.ndarray, cells: np.ndarray) -> np.ndarray:
 SETS = ("probe", "uniform", "free")
 
 
-def _spin_metrics(record, variant, set_name, gen, ep, pred, spin, colour_of, starts):
+def _spin_metrics(record, variant, set_name, gen, ep, pred, spin, colour_of, starts, view_distance):
     g01, gt_rgb = gen["frames"] / 255, ep["frames"] / 255
     record(variant, set_name, f"acc_gt_t{spin}", class_acc(pred[:, spin], ep["cls"][:, spin]))
     record(variant, set_name, f"acc_nonsky_t{spin}",
@@ -474,6 +492,9 @@ def _spin_metrics(record, variant, set_name, gen, ep, pred, spin, colour_of, sta
     record(variant, set_name, f"psnr_gt_t{spin}", psnr(g01[:, spin], gt_rgb[:, spin]).mean())
     if "probe_mask" in ep:
         record(variant, set_name, "probe_score", probe_score(colour_of, gen["frames"], ep, starts))
+        if "labels" in gen:
+            record(variant, set_name, "state_probe_score",
+                   state_probe_score(gen["labels"], gen["cams"], ep, starts, view_distance))
         record(variant, set_name, "probe_score_return",
                probe_score(colour_of, gen["frames"], ep, starts, slice(spin, spin + 1)))
 
@@ -495,14 +516,13 @@ def _free_metrics(record, variant, set_name, gen, ep, pred, ev, spec):
     record(variant, set_name, "class_hist_js", js_divergence(hist_gen + 1e-9, hist_gt + 1e-9))
 
 
-def _set_variants(set_name: str, variants: list[str]) -> list[str]:
+def _set_variants(set_name: str, variants: list[str], cut_rows: list[str] = ()) -> list[str]:
+    """The rows run on a set; ``cut_rows`` ("set:variant", evaluate.cut_rows) are left out."""
     if set_name == "uniform":
-        return [v for v in variants if v in ("persist", "baseline", "copy_first")]
+        variants = [v for v in variants if v in ("persist", "baseline", "copy_first")]
     if set_name == "val_probe":        # premise only: the oracle row and a static control
-        return [v for v in variants if v in ("oracle", "copy_first")]
-    if set_name == "free":             # CPU budget: no criterion reads the oracle here
-        return [v for v in variants if v != "oracle"]
-    return list(variants)
+        variants = [v for v in variants if v in ("oracle", "copy_first")]
+    return [v for v in variants if f"{set_name}:{v}" not in cut_rows]
 
 
 def rollout_eval_stage(cfg, ctx) -> None:
@@ -534,7 +554,7 @@ def rollout_eval_stage(cfg, ctx) -> None:
     summary["classifier_ceiling_acc"] = class_acc(classify(sets["probe"]["frames"][:, :1] / 255),
                                                   sets["probe"]["cls"][:, :1])
     generated = {}
-    plan = [(v, s) for s in ("val_probe",) + SETS for v in _set_variants(s, ev.variants)]
+    plan = [(v, s) for s in ("val_probe",) + SETS for v in _set_variants(s, ev.variants, ev.cut_rows)]
     for done, (variant, set_name) in enumerate(plan, 1):
         ep = sets[set_name]
         gen = rollout(models, ep, variant, ep["frames"].shape[1] - 1, seed)
@@ -543,7 +563,8 @@ def rollout_eval_stage(cfg, ctx) -> None:
         if set_name == "free":
             _free_metrics(record, variant, set_name, gen, ep, pred, ev, spec)
         else:
-            _spin_metrics(record, variant, set_name, gen, ep, pred, spin, colour_of, starts.get(set_name))
+            _spin_metrics(record, variant, set_name, gen, ep, pred, spin, colour_of, starts.get(set_name),
+                          spec.view_distance)
         ctx.progress(done, len(plan), f"{variant} {set_name}")
     ep = sets["free"]
     record("ground_truth", "free", "warp_l1", warp_error(ep["frames"], ep, spec, min(32, ep["frames"].shape[1] - 1)))

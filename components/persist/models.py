@@ -363,6 +363,16 @@ def w2d_features(cls: torch.Tensor, depth: torch.Tensor, view_distance: float,
     return torch.cat(parts, 2).reshape(b, l * sum(p.shape[2] for p in parts), h, w)
 
 
+def albedo_prior(model: nn.Module, cond: torch.Tensor) -> torch.Tensor | float:
+    """The frame a pixel model's sample is a residual on (v4): the first w_2D layer's base colour
+    in [-1, 1] (an unshaded, untextured G-buffer render of the world state) when the model was
+    built with ``prior_channels``, else 0 (the baseline, and P before v4). The rectified flow then
+    runs on x0 - prior: P adds shading, texture and fog to the state's colours instead of having
+    to carry a rare landmark colour from its input to its output (CLAIMS.md, v4)."""
+    sl = getattr(model, "prior_channels", None)
+    return 0.0 if sl is None else cond[:, sl[0]:sl[1]] * 2 - 1
+
+
 def to_unit(frames_u8: np.ndarray | torch.Tensor) -> torch.Tensor:
     """uint8 (..., H, W, 3) -> float (..., 3, H, W) in [-1, 1]."""
     x = torch.as_tensor(np.asarray(frames_u8), dtype=torch.float32) / 127.5 - 1

@@ -8,7 +8,7 @@ from components.common.io import read_table, write_bytes_atomic, write_json_atom
 from components.common.metrics import paired_difference, summarize
 
 C1_PROBE_MARGIN = 0.15     # probe-colour score points, PERSIST over the pixel-history baseline
-P1_ORACLE_MIN = 0.60       # premise: the true-state row reads the probe colour this well (v3; v2 0.80, CLAIMS.md)
+P1_ORACLE_MIN = 0.80       # premise: the true-state row reads the probe colour this well (v2, v4; v3's 0.60 withdrawn)
 P2_CONTEXT_MAX = 0         # premise: probe pixels in the baseline's window at the first scored frame
 
 
@@ -24,6 +24,9 @@ def criteria(df: pd.DataFrame, spin: int, horizon: int) -> dict:
     if len(oracle):
         out.update({"P1_oracle_val_probe_score": float(oracle.mean()),
                     "P1_ceiling_val_probe_score": float(per_seed("ground_truth", "val_probe", "probe_score").mean())})
+        state = per_seed("oracle", "val_probe", "state_probe_score")
+        if len(state):
+            out["P1_oracle_val_state_probe_score"] = float(state.mean())
     ctx_px = per_seed("ground_truth", "val_probe", "probe_context_pixels_max")
     if len(ctx_px):
         out.update({"P2_val_context_probe_pixels_max": float(ctx_px.max()),
@@ -39,6 +42,10 @@ def criteria(df: pd.DataFrame, spin: int, horizon: int) -> dict:
             x = per_seed(v, "probe", "probe_score")
             if len(x):
                 out[f"C1_probe_{v}"] = float(x.mean())
+        for v in ("persist", "persist_w0"):        # the probe colour in the world state W kept
+            x = per_seed(v, "probe", "state_probe_score")
+            if len(x):
+                out[f"C1_state_probe_{v}"] = float(x.mean())
     we_p, we_b = per_seed("persist", "free", "warp_l1"), per_seed("baseline", "free", "warp_l1")
     if len(we_p) and len(we_b):
         out.update({"C2_warp_persist": float(we_p.mean()), "C2_warp_baseline": float(we_b.mean()),

@@ -10,7 +10,7 @@ from components.common.io import load_torch, save_torch, write_json_atomic
 from components.common.seeds import seed_everything
 from components.common.train import fit
 from components.persist.data import env_spec, load_npz, save_npz
-from components.persist.models import (VAE3D, CameraModel, DiTPixelModel, PixelUNet, WorldModel, autocast,
+from components.persist.models import (VAE3D, CameraModel, DiTPixelModel, PixelUNet, WorldModel, albedo_prior, autocast,
                                        class_weights, count_params, device_of, noise_context, plucker,
                                        rf_interpolate, rf_loss, to_device, to_unit, w2d_features)
 from components.persist.raycast import project
@@ -410,6 +410,7 @@ def pixel_batch(data, lat, idx, pm, variant: str, view_distance: float, rng, tra
 def pixel_loss(model: PixelUNet | DiTPixelModel, batch) -> torch.Tensor:
     dev = device_of(model)
     target, cond, acts = to_device(batch, dev)
+    target = target - albedo_prior(model, cond)      # v4: P's flow runs on the residual
     tau = torch.rand(target.shape[0], device=dev)
     x_tau, x1 = rf_interpolate(target, tau)
     with autocast(dev):
@@ -425,8 +426,13 @@ def build_pixel_model(pm, variant: str, frame: int) -> PixelUNet | DiTPixelModel
     cond, k = pixel_cond_channels(pm, variant, N_CLASSES), pixel_context_len(pm, variant)
     if pm.arch == "dit":
         d = pm.dit
-        return DiTPixelModel(cond, k, frame, d.layers, d.heads, d.head_dim, d.patch)
-    return PixelUNet(cond, k, pm.width)
+        model = DiTPixelModel(cond, k, frame, d.layers, d.heads, d.head_dim, d.patch)
+    else:
+        model = PixelUNet(cond, k, pm.width)
+    if variant == "persist" and pm.albedo and pm.albedo_residual:
+        # the first w_2D layer's base colour: channels [K, K + 3) (w2d_features' layout)
+        model.prior_channels = (N_CLASSES, N_CLASSES + 3)
+    return model
 
 
 def train_pixel_model_stage(cfg, ctx) -> None:

@@ -300,6 +300,49 @@ def test_w2d_albedo_is_the_palette_of_each_layer_class_and_fits_the_pixel_model(
     assert pixel_cond_channels(pm, "baseline", k) == 4 * pm.baseline_context     # the baseline sees no w_2D
 
 
+def test_albedo_residual_prior_is_the_first_layer_colour_for_persist_only():
+    """v4: P's flow runs on x0 - prior, prior = the first w_2D layer's base colour in [-1, 1];
+    the baseline (no w_2D) has no prior. At initialisation (zero output layer) a frame equal to
+    the prior costs P only the noise term, and the sampler returns noise + prior."""
+    from components.persist.config import PersistConfig
+    from components.persist.models import albedo_prior, rf_sample, w2d_features
+    from components.persist.train import build_pixel_model, pixel_cond, pixel_loss
+
+    pm = PersistConfig.for_profile("small").pixel_model
+    assert pm.albedo_residual                                     # v4 default
+    p, base = build_pixel_model(pm, "persist", 16), build_pixel_model(pm, "baseline", 16)
+    v3 = PersistConfig.for_profile("small", {"pixel_model": {"albedo_residual": False}}).pixel_model
+    old = build_pixel_model(v3, "persist", 16)
+    cls = torch.randint(0, W.N_CLASSES, (3, 2, 16, 16))
+    w2d = w2d_features(cls, torch.rand(3, 2, 16, 16), 1.0, albedo=True)
+    ctx = torch.zeros(3, pm.persist_context, 3, 16, 16)
+    cond = pixel_cond(w2d, ctx, torch.zeros(3, pm.persist_context))
+    colour = torch.as_tensor(W.PALETTE)[cls[:, 0].long()].permute(0, 3, 1, 2) * 2 - 1
+    assert torch.allclose(albedo_prior(p, cond), colour)
+    assert albedo_prior(base, cond) == 0 and albedo_prior(old, cond) == 0
+    acts = torch.zeros(3, pm.persist_context, dtype=torch.long)
+    torch.manual_seed(0)
+    loss_res = float(pixel_loss(p, (colour, cond, acts)))
+    torch.manual_seed(0)
+    loss_old = float(pixel_loss(old, (colour, cond, acts)))
+    assert loss_res == pytest.approx(1.0, abs=0.15) and loss_old > loss_res + 0.2
+    noise = rf_sample(lambda x, t: p(x, t, cond, acts), (3, 3, 16, 16), 2, 3.0, torch.Generator().manual_seed(1))
+    assert torch.equal(noise, torch.randn((3, 3, 16, 16), generator=torch.Generator().manual_seed(1)))
+
+
+def test_cut_rows_leave_out_only_the_named_rows():
+    from components.persist.config import PersistConfig
+    from components.persist.evaluate import _set_variants
+
+    ev = PersistConfig.for_profile("small").evaluate
+    rows = {s: _set_variants(s, ev.variants, ev.cut_rows) for s in ("val_probe", "probe", "free", "uniform")}
+    assert rows["val_probe"] == ["oracle", "copy_first"]          # the premise row is never cut
+    assert {"persist", "baseline"} <= set(rows["probe"]) & set(rows["free"])   # C1-C3 rows
+    assert "oracle" not in rows["probe"] + rows["free"] and "persist_w0" in rows["probe"]
+    paper = PersistConfig.for_profile("paper").evaluate
+    assert "oracle" in _set_variants("probe", paper.variants, paper.cut_rows)
+
+
 def _probe_set(n=4, seed=3, hw=(24, 24)):
     from components.persist.config import Rollout
     from components.persist.data import probe_set
@@ -322,6 +365,28 @@ def test_probe_leaves_view_for_longer_than_the_baseline_window_and_returns():
     assert ctx["probe_context_pixels_max"] == 0 and ctx["probe_gap_min"] >= 8 and ctx["probe_found_frac"] == 1
 
 
+def test_near_pillar_training_episodes_start_with_a_close_landmark_and_keep_the_set_layout():
+    """v4 data: with ``near_pillar`` every episode starts with a 1x1x3 landmark pillar in view
+    (>= 6 pixels of o_0, a large close-up); without it the set is exactly what it was."""
+    from types import SimpleNamespace
+
+    from components.persist.data import rollout_set
+
+    spec = EnvSpec(size=40, height=16, crop=16, stride=4)
+    worlds = np.stack([W.generate_world(spec, 30 + i, 10, 0) for i in range(2)])   # no own pillars
+    plan = [(i % 2, "free", 6) for i in range(4)]
+    near = rollout_set(worlds, spec, plan, (24, 24), np.random.default_rng(0),
+                       near_pillar=SimpleNamespace(frac=1.0, distance=3.0))
+    plain = rollout_set(worlds, spec, plan, (24, 24), np.random.default_rng(0))
+    again = rollout_set(worlds, spec, plan, (24, 24), np.random.default_rng(0), near_pillar=None)
+    assert set(near) == set(plain)
+    lm_t0 = np.isin(near["cls"][:, 0], W.LANDMARKS).sum((1, 2))
+    assert (lm_t0 >= 6).all()
+    assert (np.isin(near["crops"][:, 0], W.LANDMARKS).sum((1, 2, 3)) == 3).all()   # the pillar is in w_0
+    assert not np.isin(plain["cls"], W.LANDMARKS).any()
+    assert all(np.array_equal(plain[k], again[k]) for k in plain)
+
+
 def test_probe_score_is_one_for_ground_truth_and_chance_for_a_wrong_colour():
     from components.persist.evaluate import LandmarkColour, probe_score, probe_windows
 
@@ -335,6 +400,17 @@ def test_probe_score_is_one_for_ground_truth_and_chance_for_a_wrong_colour():
         nxt = W.LANDMARKS[(W.LANDMARKS.index(int(c)) + 1) % 3]
         wrong[i][ep["probe_mask"][i]] = np.round(W.PALETTE[nxt] * 255).astype(np.uint8)
     assert probe_score(colour_of, wrong, ep, starts) < 0.05
+
+
+def test_state_probe_score_is_one_for_the_true_state_and_zero_without_the_probe():
+    from components.persist.evaluate import probe_windows, state_probe_score
+
+    spec, _, ep = _probe_set(n=3)
+    starts = probe_windows(ep["probe_mask"])
+    assert state_probe_score(ep["crops"], ep["cams"], ep, starts, spec.view_distance) == 1.0
+    crops = ep["crops"].copy()
+    crops[crops == ep["probe_colour"][:, None, None, None, None]] = W.AIR    # the pillar removed
+    assert state_probe_score(crops, ep["cams"], ep, starts, spec.view_distance) == 0.0
 
 
 def test_edit_is_out_of_view_at_the_start_and_in_view_half_a_turn_later():
