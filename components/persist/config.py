@@ -82,6 +82,7 @@ class WorldModel(Section):
     batch_size: int = 32
     lr: float = 1e-3
     recentre_by_camera: bool = True  # CPU-scale shortcut: roll w by the integer crop shift
+    residual: bool = True           # v5: W's flow runs on w_t - w_{t-1} (valid cells; 0 elsewhere): the state persists unless W changes it
 
 
 class CameraModel(Section):
