@@ -16,7 +16,7 @@ HELDOUT_SHARE = 0.1   # last 10% of pretrain videos: a held-out set from the bia
 def make_backbone(bench, backbone) -> ToyVLLM:
     return ToyVLLM(len(build_vocab()), bench.frames, bench.size, backbone.patch, backbone.d_model,
                    backbone.n_layers, backbone.n_heads, MAX_TEXT, merge=backbone.merge,
-                   align=backbone.align, tpatch=backbone.tpatch)
+                   align=backbone.align, tpatch=backbone.tpatch, video_first=backbone.video_first)
 
 
 def load_backbone(path, bench, backbone) -> ToyVLLM:
@@ -48,10 +48,42 @@ def pretraining_loss(m, batch, prompt, grounding_weight: float, caption_weight: 
     return loss
 
 
+def pretrain_tower(model, videos, labels, scenes, n_videos: int, bb, rng, ctx):
+    """Phase 1 of the two-phase pretraining (``tower_steps`` > 0): the vision tower alone (patch
+    embedding, merger, grounding head) on its grounding targets, then frozen, as a VLLM's vision
+    encoder is pretrained before and kept frozen while the language model learns (LLaVA).
+    Returns the cached tower states of the first ``n_videos`` videos (feats, grounding logits):
+    the QA phase then costs one language-model pass a step, several times cheaper."""
+    from components.common.train import fit, make_optimizer
+
+    params = [*model.patch_embed.parameters(), *model.ground_head.parameters(),
+              *(model.merger.parameters() if model.merger is not None else [])]
+
+    def batches():
+        while True:
+            v = torch.as_tensor(rng.choice(n_videos, size=bb.tower_batch, replace=False))
+            yield videos[v], labels[v], scenes[v]
+
+    fit(model, batches(), lambda m, b: grounding_loss(m, *b), steps=bb.tower_steps,
+        optimizer=make_optimizer(params, lr=bb.lr, weight_decay=bb.weight_decay), warmup=bb.warmup,
+        ctx=ctx, log_every=max(1, bb.tower_steps // 10), prefix="tower")
+    for p in params:
+        p.requires_grad_(False)
+    with torch.no_grad():
+        states = [model.tower_state(videos[s:s + 256]) for s in range(0, n_videos, 256)]
+    return torch.cat([f for f, _ in states]), torch.cat([g for _, g in states])
+
+
+def frozen_tower_loss(m, batch, tower) -> torch.Tensor:
+    """QA loss on cached tower states: ``batch`` = (video index, text, target)."""
+    vids, text, target = batch
+    return answer_loss(m(None, text, tower=(tower[0][vids], tower[1][vids]))[0], target)
+
+
 def train_backbone_stage(cfg, ctx) -> None:
     from components.common.io import read_json, save_torch, write_json_atomic
     from components.common.seeds import seed_everything
-    from components.common.train import fit
+    from components.common.train import fit, make_optimizer
 
     if cfg.paper.enabled:   # the paper's backbone is a pretrained video LLM, used frozen
         from components.common.hf_models import read_config
@@ -88,17 +120,24 @@ def train_backbone_stage(cfg, ctx) -> None:
     yn_rows = yn_rows[data.qa.task.to_numpy()[yn_rows] != "c_mc"]
     yn_steps = int(round(bb.yn_first * bb.steps))
 
+    tower = pretrain_tower(model, data.videos, pairs, scenes, cut, bb, rng, ctx) if bb.tower_steps else None
+
     def batches():
         step = 0
         while True:
             pool = yn_rows if step < yn_steps else rows
             step += 1
             idx = torch.as_tensor(rng.choice(pool, size=bb.batch_size, replace=False))
+            if tower is not None:   # the tower is frozen: its cached states stand in for the videos
+                yield data.video_idx[idx], data.text[idx], data.target[idx]
+                continue
             vids = torch.as_tensor(rng.choice(cut, size=bb.caption_batch, replace=False))
             yield (data.videos[data.video_idx[idx]], data.text[idx], data.target[idx],
                    data.videos[vids], captions[vids], pairs[vids], scenes[vids])
 
     def loss_fn(m, batch):
+        if tower is not None:
+            return frozen_tower_loss(m, batch, tower)
         return pretraining_loss(m, batch, prompt, bb.grounding_weight, bb.caption_weight)
 
     val = load_split(bench_dir, "val")
@@ -106,9 +145,12 @@ def train_backbone_stage(cfg, ctx) -> None:
     def eval_fn(m):
         q = run_pass(m, val.videos, val.text, video_idx=val.video_idx)
         scores = score(val.qa, predict(q.numpy(), val.tasks))
-        return {"val/macro": scores["macro"], "val/isolated_macro": isolated_macro(scores)}
+        return {"val/macro": scores["macro"], "val/isolated_macro": isolated_macro(scores),
+                "val/acc_s_yn": scores["acc_s_yn"], "val/acc_s_mc": scores["acc_s_mc"]}
 
-    records = fit(model, batches(), loss_fn, steps=bb.steps, lr=bb.lr, weight_decay=bb.weight_decay,
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    records = fit(model, batches(), loss_fn, steps=bb.steps,
+                  optimizer=make_optimizer(trainable, lr=bb.lr, weight_decay=bb.weight_decay),
                   warmup=bb.warmup, ctx=ctx, log_every=max(1, bb.steps // 30), eval_fn=eval_fn,
                   eval_every=max(1, bb.steps // 10))
     save_torch(ctx.out_dir / "backbone.pt", model.state_dict())

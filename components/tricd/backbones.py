@@ -58,8 +58,10 @@ class ToyBackbone:
         q = logits[:, self.answer_ids]
         if not hidden:
             return q, None, None
-        n = len(enc)   # hidden layout: [question words][visual tokens][<ans>]
-        pad = torch.cat([enc[:, :-1] == 0, torch.zeros(n, self.model.n_visual + 1, dtype=torch.bool)], dim=1)
+        n = len(enc)   # hidden layout: [question words][visual tokens][<ans>] (video_first: visual first)
+        words, visual = enc[:, :-1] == 0, torch.zeros(n, self.model.n_visual, dtype=torch.bool)
+        parts = [visual, words] if self.model.video_first else [words, visual]
+        pad = torch.cat([*parts, torch.zeros(n, 1, dtype=torch.bool)], dim=1)
         return q, h, pad
 
     def describe(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -47,7 +47,7 @@ def evaluate_stage(cfg, ctx) -> None:
     p = cfg.policy
     bench_dir, sal_dir = ctx.inputs["build_benchmark"], ctx.inputs["precompute_saliency"]
     backbone = open_backbone(cfg, ctx.inputs["train_backbone"])
-    policy = Policy(backbone, p.d_router, p.n_queries, p.gater_hidden, p.tool_ids)
+    policy = Policy(backbone, p.d_router, p.n_queries, p.gater_hidden, p.tool_ids, p.tool_id_std)
     policy.load_state_dict(load_torch(ctx.inputs["train_policy"][str(seed)] / "policy.pt"))
     policy.eval()
     gen = torch.Generator().manual_seed(seed)

@@ -51,13 +51,14 @@ class ToyVLLM(nn.Module):
 
     def __init__(self, vocab_size: int, frames: int, size: int, patch: int, d_model: int,
                  n_layers: int, n_heads: int, max_text: int, merge: int = 1, align: bool = False,
-                 tpatch: int = 1):
+                 tpatch: int = 1, video_first: bool = False):
         super().__init__()
         if size % (patch * merge) or frames % tpatch:
             raise ValueError(f"frame size {size} must be a multiple of patch*merge {patch * merge} "
                              f"and frames {frames} of tpatch {tpatch}")
         self.frames, self.size, self.patch, self.merge, self.max_text = frames, size, patch, merge, max_text
         self.tpatch, self.token_frames = tpatch, frames // tpatch
+        self.video_first = video_first
         self.token_px = patch * merge
         self.grid = size // self.token_px
         self.n_visual = self.token_frames * self.grid**2
@@ -124,10 +125,19 @@ class ToyVLLM(nn.Module):
         (colour + shape words of each detected object, its motion word, the scene word): visual
         tokens live in the language model's embedding space, as a VLLM's projector is aligned
         to it in pretraining."""
+        return self.project(self.tower_state(video))
+
+    def tower_state(self, video: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The encoder's token features and the grounding logits on them: everything of the
+        vision tower that does not read the word embeddings (cached when the tower is frozen)."""
         feats = self.encoder(video)
+        return feats, self.grounding_logits(feats)
+
+    def project(self, state: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        feats, grounding = state
         if not self.align:
             return feats
-        pairs, motion, scene = split_grounding(self.grounding_logits(feats))
+        pairs, motion, scene = split_grounding(grounding)
         words = torch.sigmoid(pairs) @ self.tok_emb(self.pair_words).sum(1) \
             + torch.sigmoid(motion) @ self.tok_emb(self.motion_words) \
             + torch.softmax(scene, -1) @ self.tok_emb(self.scene_words)
@@ -135,20 +145,25 @@ class ToyVLLM(nn.Module):
 
     def forward(self, video: torch.Tensor, text: torch.Tensor,
                 visual_weight: torch.Tensor | None = None,
-                continuation: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                continuation: torch.Tensor | None = None,
+                tower: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """-> (logits at the answer slot (B, vocab), final hidden states (B, L - 1 + T*P + 1, d)
-        laid out as [question words][visual tokens][<ans>]).
+        laid out as [question words][visual tokens][<ans>], or [visual tokens][question words][<ans>]
+        with ``video_first``).
 
         With ``continuation`` (B, K) token ids appended after the answer slot (captioning
-        pretraining), the logits are (B, K, vocab): the prediction of each continuation token."""
-        vis = self.vision_tower(video)                                    # (B, T, P, d)
+        pretraining), the logits are (B, K, vocab): the prediction of each continuation token.
+        ``tower``: a cached ``tower_state`` of the videos (a frozen vision tower), used instead of
+        running the tower on ``video``."""
+        vis = self.vision_tower(video) if tower is None else self.project(tower)   # (B, T, P, d)
         if visual_weight is not None:
             vis = vis * visual_weight.view(vis.shape[0], vis.shape[1], vis.shape[2], 1)
         vis = (vis + self.frame_pos + self.patch_pos).flatten(1, 2)
         txt = self.tok_emb(text) + self.text_pos[-text.shape[1]:]   # slots count from the end
-        # question first, then the video, then the answer slot: under causal attention the
-        # visual tokens can read the question (instruction-aware visual features)
-        parts = [txt[:, :-1], vis, txt[:, -1:]]
+        # v1-v4: question first, then the video (the visual tokens read the question); v5
+        # ``video_first``: the video, then the (left-padded) question, as a VLLM's chat prompt
+        # puts the video before the question: each option's words can then read the video
+        parts = [vis, txt[:, :-1], txt[:, -1:]] if self.video_first else [txt[:, :-1], vis, txt[:, -1:]]
         if continuation is not None:
             parts.append(self.tok_emb(continuation) + self.cont_pos[:continuation.shape[1]])
         x = torch.cat(parts, dim=1)

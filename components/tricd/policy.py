@@ -30,7 +30,7 @@ from components.tricd.tools import TOOL_NAMES, TOOL_TEXT, apply_tools
 
 class ToolRouter(nn.Module):
     def __init__(self, d_in: int, d: int, n_queries: int, tool_tokens: torch.Tensor,
-                 tool_pad: torch.Tensor, tool_ids: bool = True):
+                 tool_pad: torch.Tensor, tool_ids: bool = True, tool_id_std: float = 1.0):
         super().__init__()
         self.register_buffer("tool_tokens", tool_tokens)     # (n_tools, Lt, d_in), frozen
         self.register_buffer("tool_pad", tool_pad)           # (n_tools, Lt) True = padding
@@ -43,6 +43,9 @@ class ToolRouter(nn.Module):
         # it the only per-tool input is the frozen description, and v1-v3's routers moved all
         # eight tools together (equal frequencies within every seed). ``tool_ids=False`` = v1-v3.
         self.tool_id = nn.Embedding(tool_tokens.shape[0], d) if tool_ids else None
+        if self.tool_id is not None:   # N(0, 1) (torch's default, v4) scaled to N(0, tool_id_std^2)
+            with torch.no_grad():
+                self.tool_id.weight.mul_(tool_id_std)
 
     def forward(self, hidden: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
         """(B, L, d_in), (B, L) True = padding -> tool logits (B, n_tools)."""
@@ -76,13 +79,14 @@ class Gater(nn.Module):
 
 
 class Policy(nn.Module):
-    def __init__(self, backbone, d_router: int, n_queries: int, gater_hidden=(64, 16), tool_ids: bool = True):
+    def __init__(self, backbone, d_router: int, n_queries: int, gater_hidden=(64, 16), tool_ids: bool = True,
+                 tool_id_std: float = 1.0):
         """``backbone``: a ``backbones`` adapter (or a bare ToyVLLM); the tool descriptions are
         read through it once (frozen), as the official code caches them."""
         super().__init__()
         backbone = as_backbone(backbone)
         tokens, pad = backbone.describe([TOOL_TEXT[t] for t in TOOL_NAMES])
-        self.router = ToolRouter(backbone.d_model, d_router, n_queries, tokens.float(), pad, tool_ids)
+        self.router = ToolRouter(backbone.d_model, d_router, n_queries, tokens.float(), pad, tool_ids, tool_id_std)
         self.gater = Gater(backbone.d_model, tuple(gater_hidden))
 
 
@@ -259,7 +263,7 @@ def train_policy_stage(cfg, ctx) -> None:
     val = load_split(bench_dir, "val", limit=p.val_limit, backbone=backbone)
     train_cache = build_cache(backbone, train, load_torch(f"{sal_dir}/train_saliency.pt"))
     val_cache = build_cache(backbone, val, load_torch(f"{sal_dir}/val_saliency.pt"))
-    policy = Policy(backbone, p.d_router, p.n_queries, p.gater_hidden, p.tool_ids)
+    policy = Policy(backbone, p.d_router, p.n_queries, p.gater_hidden, p.tool_ids, p.tool_id_std)
     opt = torch.optim.AdamW(policy.parameters(), lr=p.lr, weight_decay=p.weight_decay)
     state, steps, curve = {"baseline": 0.0}, 0, []
     best, best_state, bad = -1.0, None, 0

@@ -47,6 +47,7 @@ def pipeline(out: Path, over: dict, coefs: list, seeds: list[int]) -> None:
         ctx = LocalContext(out_dir=d, inputs=inputs, item=item or {})
         fn(cfg, ctx)
         (d / "done.json").write_text(json.dumps(ctx.summary))
+        (d / "history.json").write_text(json.dumps(ctx.history))   # curves (v5: val iso per eval)
         print(name, item, round(time.time() - t0),
               json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in ctx.summary.items()}), flush=True)
         return d, ctx.summary
