@@ -140,10 +140,12 @@ def _sample_world(models: Models, w_prev, valid, action, cam_prev, cam_now, fram
     w_ctx = noise_context(w_prev, ctx_tau) * valid.repeat_interleave(w_prev.shape[1] // valid.shape[1], 1)
     pl = torch.as_tensor(plucker(cam_prev, frame.shape[-2:], wm.patch))
     shape = (b, models.world.out.out_features, *models.world.grid)
+    # residual W: the sample is the change on the newest past frame (clean; invalid cells 0)
+    prior = w_prev[:, :shape[1]] * valid[:, :1] if wm.residual else 0.0
     with torch.no_grad():
-        return rf_sample(lambda x, tau: models.world(x, tau, w_ctx, valid, action, torch.as_tensor(cam_prev),
-                                                     torch.as_tensor(cam_now), frame, pl, ctx_tau, mode),
-                         shape, ev.rf_steps, ev.eta, gen)
+        return prior + rf_sample(lambda x, tau: models.world(x, tau, w_ctx, valid, action, torch.as_tensor(cam_prev),
+                                                             torch.as_tensor(cam_now), frame, pl, ctx_tau, mode),
+                                 shape, ev.rf_steps, ev.eta, gen)
 
 
 def _sample_frame(models: Models, variant: str, w2d, history: list[torch.Tensor], acts: np.ndarray, gen):

@@ -194,7 +194,7 @@ def world_batch(data: dict, zn: np.ndarray, idx: np.ndarray, wm, spec, rng: np.r
     e, t = idx[:, 0], idx[:, 1]
     b = len(idx)
     target = torch.as_tensor(zn[e, t])
-    prev, valid = [], []
+    prev, valid, clean = [], [], None
     for k in range(1, wm.context + 1):
         tk = np.maximum(t - k, 0)
         shift = (data["origins"][e, t] - data["origins"][e, tk])[:, :2] // spec.stride
@@ -204,6 +204,7 @@ def world_batch(data: dict, zn: np.ndarray, idx: np.ndarray, wm, spec, rng: np.r
         v = v * torch.as_tensor((t - k >= 0).astype(np.float32)).view(-1, 1, 1, 1, 1)
         prev.append(p * v)
         valid.append(v)
+        clean = p * v if clean is None else clean     # newest past frame before context noise
     prev, valid = torch.cat(prev, 1), torch.cat(valid, 1)
     ctx_tau = torch.as_tensor(rng.uniform(0, wm.ctx_noise_max, b), dtype=torch.float32) if train \
         else torch.full((b,), wm.tau_ctx)
@@ -219,7 +220,8 @@ def world_batch(data: dict, zn: np.ndarray, idx: np.ndarray, wm, spec, rng: np.r
     frame = noise_context(frame, wm.frame_noise)          # cross-component noise on O
     action = torch.as_tensor(np.where(drop, NOOP, data["actions"][e, t]).astype(np.int64))
     keep = torch.as_tensor((~drop).astype(np.float32)).view(-1, 1, 1, 1, 1)
-    return {"target": target, "w_prev": prev * keep, "valid": valid * keep, "action": action,
+    return {"target": target, "prior": clean * keep if wm.residual else torch.zeros_like(target),
+            "w_prev": prev * keep, "valid": valid * keep, "action": action,
             "cam_prev": torch.as_tensor(np.where(drop[:, None], cam_now, cam_prev)),
             "cam_now": torch.as_tensor(cam_now), "frame": frame,
             "frame_pl": torch.as_tensor(plucker(cam_img, frame.shape[-2:], wm.patch)),
@@ -230,11 +232,12 @@ def world_loss(model: WorldModel, batch: dict) -> torch.Tensor:
     dev = device_of(model)
     batch = to_device(batch, dev)
     tau = torch.rand(batch["target"].shape[0], device=dev)
-    x_tau, x1 = rf_interpolate(batch["target"], tau)
+    x0 = batch["target"] - batch["prior"]       # residual W: the flow generates the change only
+    x_tau, x1 = rf_interpolate(x0, tau)
     with autocast(dev):
         v = model(x_tau, tau, batch["w_prev"], batch["valid"], batch["action"], batch["cam_prev"],
                   batch["cam_now"], batch["frame"], batch["frame_pl"], batch["ctx_tau"], batch["mode"])
-    return rf_loss(v.float(), batch["target"], x1)
+    return rf_loss(v.float(), x0, x1)
 
 
 def build_world_model(cfg_wm, latent_channels: int, grid, frame: int) -> WorldModel:

@@ -480,3 +480,38 @@ def test_models_shapes(profile):
         cin = pm.inp.in_channels - 3
         out = pm(torch.randn(b, 3, f, f), torch.rand(b), torch.randn(b, cin, f, f), torch.zeros(b, k, dtype=torch.long))
         assert out.shape == (b, 3, f, f)
+
+
+@pytest.mark.parametrize("residual", [True, False])
+def test_residual_world_model_keeps_the_previous_state_when_it_predicts_no_change(residual):
+    """v5: W's flow runs on the change w_t - w_{t-1} (valid cells of the newest past frame; 0 where
+    a cell entered the crop). A W that predicts no change (the exact velocity -x / tau of a zero
+    target) returns the past frame, so a one-voxel landmark survives a spin. v4 (residual off)
+    regenerated the whole state every step: the same W returns zeros, the state is lost."""
+    from types import SimpleNamespace
+    from components.persist.config import PersistConfig
+    from components.persist.evaluate import _sample_world
+
+    cfg = PersistConfig.for_profile("small", {"world_model": {"residual": residual}})
+    m, grid, b, f = 4, (2, 2, 2), 3, cfg.world.frame
+
+    class NoChange:                                      # the exact velocity of a zero target
+        def __init__(self):
+            self.out, self.grid = torch.nn.Linear(1, m), grid
+
+        def __call__(self, x, tau, *rest):
+            return -x / tau.view(-1, 1, 1, 1, 1)
+
+    models = SimpleNamespace(cfg=cfg, world=NoChange())
+    w_prev = torch.randn(b, m, *grid)
+    valid = torch.ones(b, 1, *grid)
+    valid[:, :, 0] = 0                                   # cells that just entered the crop
+    cam = np.zeros((b, 10), np.float32)
+    cam[:, 3], cam[:, 8], cam[:, 9] = 1.0, 1.0, 1.2      # forward x, up z, fov
+    w = _sample_world(models, w_prev, valid, torch.zeros(b, dtype=torch.long), cam, cam,
+                      torch.zeros(b, 3, f, f), torch.zeros(b), torch.Generator().manual_seed(0))
+    kept = w_prev * valid
+    if residual:
+        assert torch.allclose(w, kept, atol=1e-5)
+    else:
+        assert torch.allclose(w, torch.zeros_like(w), atol=1e-5)
