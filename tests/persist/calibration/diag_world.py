@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import numpy as np, torch
 
+from components.common.context import LocalContext
 from components.common.io import load_npz
 from components.persist.config import PersistConfig
 from components.persist.data import spin_steps
@@ -25,12 +26,10 @@ SEED = 100
 def run_stage(fn, cfg, inputs, out: Path, item):
     if (out / "info.done").exists():
         return
-    out.mkdir(parents=True, exist_ok=True)
-    ctx = SimpleNamespace(inputs=inputs, out_dir=out, item=item, progress=lambda *a, **k: None,
-                          log_metrics=lambda *a, **k: None,
-                          write_metrics=lambda m: print(out.name, {k: v for k, v in m.items() if not isinstance(v, list)}, flush=True))
+    ctx = LocalContext(out_dir=out, inputs=inputs, item=item)
     t = time.time()
     fn(cfg, ctx)
+    print(out.name, {k: v for k, v in ctx.summary.items() if not isinstance(v, list)}, flush=True)
     (out / "info.done").write_text("ok")
     print(f"  {fn.__name__} {out.name} {time.time() - t:.0f}s", flush=True)
 
@@ -48,7 +47,6 @@ def main():
     ep = load_npz(root / "rollout_env" / "val_probe.npz")
     starts = probe_windows(ep["probe_mask"])
     T = spin_steps(cfg0.world)
-    vd = None
     for name in sys.argv[3:]:
         cfg = PersistConfig.for_profile("small", {"world_model": {"residual": name == "residual"}})
         run_stage(train_world_model_stage, cfg, base_in, work / f"w-{name}", {"seed": SEED})
@@ -66,13 +64,13 @@ def main():
             print("baseline probe", round(probe_score(colour_of, g["frames"], ep, starts), 3), flush=True)
         for row in ("persist_w0", "persist"):
             g = rollout(models, ep, row, T, SEED)
-            st = [round(state_probe_score(g["labels"][:, :t + 1].repeat(1, 1) if False else g["labels"], g["cams"], ep, starts, vd), 3)]
+            state = round(state_probe_score(g["labels"], g["cams"], ep, starts, vd), 3)
             # how much of the probe survives in the state at t = 0, 3, 12, 24 (true cameras, t = 0 view)
             keep = []
             for t in (0, 3, 12, T):
                 lab = np.repeat(g["labels"][:, t:t + 1], T + 1, 1)
                 keep.append(round(state_probe_score(lab, ep["cams"], ep, starts, vd), 3))
-            print(f"W={name} {row}: probe {probe_score(colour_of, g['frames'], ep, starts):.3f} state {st[0]}"
+            print(f"W={name} {row}: probe {probe_score(colour_of, g['frames'], ep, starts):.3f} state {state}"
                   f" | state at t=0/3/12/24 seen with true cams {keep}  {time.time() - t0:.0f}s", flush=True)
 
 
