@@ -12,10 +12,10 @@ from components.tricd.model import ToyVLLM, build_vocab
 torch.set_num_threads(1)
 
 
-def _toy():
+def _toy(video_first: bool = False):
     torch.manual_seed(0)
     return ToyVLLM(len(build_vocab()), frames=8, size=16, patch=4, d_model=16, n_layers=1, n_heads=2,
-                   max_text=MAX_TEXT, merge=2, tpatch=2, align=True).eval()
+                   max_text=MAX_TEXT, merge=2, tpatch=2, align=True, video_first=video_first).eval()
 
 
 def test_a_cached_tower_state_gives_the_video_pass():
@@ -73,9 +73,7 @@ def test_video_first_layout_and_its_padding_mask():
     padding mask must mark the question's pad columns after the visual block."""
     from components.tricd.backbones import ToyBackbone
 
-    torch.manual_seed(0)
-    model = ToyVLLM(len(build_vocab()), frames=8, size=16, patch=4, d_model=16, n_layers=1, n_heads=2,
-                    max_text=MAX_TEXT, merge=2, tpatch=2, align=True, video_first=True).eval()
+    model = _toy(video_first=True)
     video = torch.randint(0, 256, (2, 8, 16, 16, 3)).float()
     text = torch.zeros(2, MAX_TEXT, dtype=torch.long)
     text[:, -6:] = torch.randint(2, len(build_vocab()), (2, 6))
