@@ -16,7 +16,10 @@ HELDOUT_SHARE = 0.1   # last 10% of pretrain videos: a held-out set from the bia
 def make_backbone(bench, backbone) -> ToyVLLM:
     return ToyVLLM(len(build_vocab()), bench.frames, bench.size, backbone.patch, backbone.d_model,
                    backbone.n_layers, backbone.n_heads, MAX_TEXT, merge=backbone.merge,
-                   align=backbone.align, tpatch=backbone.tpatch, video_first=backbone.video_first)
+                   align=backbone.align, tpatch=backbone.tpatch, video_first=backbone.video_first,
+                   context=backbone.context, camera=backbone.ground_camera,
+                   pixel_colour=backbone.pixel_colour, pos_weight=backbone.ground_pos_weight,
+                   token_weight=backbone.ground_token_weight, feat_scale=backbone.feat_scale)
 
 
 def load_backbone(path, bench, backbone) -> ToyVLLM:
@@ -113,6 +116,8 @@ def train_backbone_stage(cfg, ctx) -> None:
     pairs = torch.from_numpy(np.stack([V.token_labels(p, cfg.bench.size, model.token_px, model.tpatch)
                                        for p in programs[:cut]]))
     scenes = torch.tensor([V.SCENES.index(p["scene"]) for p in programs[:cut]])
+    if bb.ground_camera:   # v7: the tower also learns the camera operation (scene, camera pairs)
+        scenes = torch.stack([scenes, torch.tensor([V.CAMERAS.index(p["camera"]) for p in programs[:cut]])], 1)
 
     # curriculum: the first ``yn_first`` share of the steps draws yes/no items only (the
     # oracle probes in CLAIMS.md: mixed with multiple choice, the QA head stays at the prior)
