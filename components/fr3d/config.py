@@ -55,12 +55,17 @@ class Teacher(Section):
     heads: int = 4
     mix_layers: int = 2             # self-attention blocks after the state read (v2: 1)
     max_shift: int = 8              # cost volume of the frame pair (pixels); 0 = none (v2)
+    pose_memory: bool = False       # running average of the pose evidence over frames (v5)
+    pose_pair: bool = False         # pose query also reads the previous frame's tokens (v5)
     steps: int = 1000
     batch_size: int = 8
     clip_frames: int = 16           # frames per training clip: >= every sequence it encodes
     lr: float = 2e-3
     pose_weight: float = 5.0
     rot_weight: float = 50.0        # rotation (6D) vs translation inside the pose loss (calibrated)
+    trans_weight: float = 1.0       # translation inside the pose loss
+    trans_scale: str = "metric"     # translation targets: metric, or "clip" (units of the
+                                    # clip's mean step length; v5)
     fov_weight: float = 0.5
     seed: int = 2                   # v3 (fresh; v2 1); calibration used 0
 
