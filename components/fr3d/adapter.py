@@ -33,7 +33,8 @@ def _build_tiny(args: dict):
     from components.fr3d.teacher import TinyCUT3R
 
     return TinyCUT3R(int(args["dim"]), int(args["state_tokens"]), int(args["heads"]),
-                     int(args.get("mix_layers", 1)), int(args.get("max_shift", 0)))
+                     int(args.get("mix_layers", 1)), int(args.get("max_shift", 0)),
+                     bool(args.get("pose_memory", False)), bool(args.get("pose_pair", False)))
 
 
 def _build_cut3r(args: dict):

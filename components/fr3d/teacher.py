@@ -67,11 +67,36 @@ def unpatchify(patches: torch.Tensor, h: int, w: int) -> torch.Tensor:
     return x.reshape(*lead, h * PATCH, w * PATCH)
 
 
+class PoseMemory(nn.Module):
+    """Temporal integration of the per-frame pose evidence: a bias-corrected running average
+    with one learnable rate per channel (slow channels can carry the ego speed, which a single
+    frame pair at this resolution measures noisily; fast channels the turn). The pose token is
+    the frame's evidence plus a projection of the average; frame 0 (no previous frame, no
+    motion) does not enter the average."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.rate_logit = nn.Parameter(torch.linspace(-4.0, 2.0, dim))
+        self.proj = nn.Linear(dim, dim)
+        nn.init.zeros_(self.proj.weight)
+        nn.init.zeros_(self.proj.bias)
+
+    def forward(self, e: torch.Tensor, memory, first: bool):
+        if first:
+            return e, (torch.zeros_like(e), torch.zeros_like(e))
+        avg, weight = memory
+        rate = torch.sigmoid(self.rate_logit)
+        avg = (1 - rate) * avg + rate * e
+        weight = (1 - rate) * weight + rate
+        return e + self.proj(avg / weight), (avg, weight)
+
+
 class TinyCUT3R(nn.Module):
     patch = PATCH
 
     def __init__(self, dim: int = 64, state_tokens: int = 16, heads: int = 4,
-                 mix_layers: int = 1, max_shift: int = 0):
+                 mix_layers: int = 1, max_shift: int = 0, pose_memory: bool = False,
+                 pose_pair: bool = False):
         super().__init__()
         self.dim, self.max_shift = dim, max_shift
         self.encoder = nn.Sequential(
@@ -89,6 +114,10 @@ class TinyCUT3R(nn.Module):
         nn.init.zeros_(self.pose_head[-1].weight)
         nn.init.zeros_(self.pose_head[-1].bias)
         self.fov_head = MLP(dim, dim, 1)
+        self.pose_memory = PoseMemory(dim) if pose_memory else None
+        # the pose query also reads both frames' encoder tokens (tagged current / previous)
+        self.pair_read = CrossBlock(dim, heads, ff_mult=2) if pose_pair else None
+        self.pair_tag = nn.Parameter(torch.randn(2, dim) * 0.02) if pose_pair else None
 
     def encode(self, rgb: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
         """Frame (B, 3, H, W) in [0, 1] and the previous frame -> stateless 2D tokens (B, h*w, dim)."""
@@ -104,10 +133,13 @@ class TinyCUT3R(nn.Module):
         feats = self.encoder(torch.cat(parts, 1))
         return feats.flatten(2).transpose(1, 2)
 
-    def step(self, enc: torch.Tensor, state: torch.Tensor):
+    def step(self, enc: torch.Tensor, state: torch.Tensor, enc_prev: torch.Tensor | None = None):
         # the pose query starts from the image-wide mean of the frame-pair features (camera
         # motion moves every pixel), then reads the state and the tokens
         query = self.pose_query + self.pose_pool(enc.mean(1))
+        if self.pair_read is not None:
+            pair = torch.cat([enc + self.pair_tag[0], enc_prev + self.pair_tag[1]], 1)
+            query = self.pair_read(query[:, None], pair)[:, 0]
         x = torch.cat([query[:, None], enc], 1)
         x = self.mix(self.read(x, state))
         state = self.write(state, x)
@@ -120,8 +152,11 @@ class TinyCUT3R(nn.Module):
         enc = self.encode(rgb.flatten(0, 1), prev.flatten(0, 1)).unflatten(0, (b, t))
         state = self.state0.expand(b, -1, -1)
         zs, fs = [], []
+        memory = None
         for k in range(t):
-            z, f, state = self.step(enc[:, k], state)
+            z, f, state = self.step(enc[:, k], state, enc[:, max(k - 1, 0)])
+            if self.pose_memory is not None:
+                z, memory = self.pose_memory(z, memory, first=k == 0)
             zs.append(z)
             fs.append(f)
         return torch.stack(zs, 1), torch.stack(fs, 1), enc
@@ -177,6 +212,23 @@ def check_clip_length(tc, sc) -> None:
                          f"{sc.pretrain_frames} shorter than the {longest}-frame sequences it encodes")
 
 
+def clip_scaled(trans: torch.Tensor, floor: float = 0.05) -> torch.Tensor:
+    """Translations (B, T, 3) in units of their clip's mean step length (DUSt3R / CUT3R
+    normalise the scale of their regression targets the same way): the pose head learns the
+    direction and the relative step length, not the metric speed, which one low-resolution
+    frame pair shows only noisily and which the Sim(3)-aligned ATE ignores. A standing clip
+    (mean step below ``floor`` m) keeps its near-zero steps."""
+    unit = trans.norm(dim=-1).mean(1).clamp(min=floor)
+    return trans / unit[:, None, None]
+
+
+def teacher_args(tc) -> dict:
+    """Constructor arguments of the teacher (saved with its weights)."""
+    return {"dim": tc.dim, "state_tokens": tc.state_tokens, "heads": tc.heads,
+            "mix_layers": tc.mix_layers, "max_shift": tc.max_shift,
+            "pose_memory": tc.pose_memory, "pose_pair": tc.pose_pair}
+
+
 def pretrain_teacher_stage(cfg, ctx) -> None:
     if cfg.paper.enabled:
         return adopt_teacher_checkpoint(cfg, ctx)
@@ -191,7 +243,7 @@ def pretrain_teacher_stage(cfg, ctx) -> None:
         g["rel9"] = np.concatenate([matrix_to_rot6d(torch.from_numpy(
             relative_poses(g["pose"].astype(np.float64))[..., :3, :3])).numpy(),
             relative_poses(g["pose"].astype(np.float64))[..., :3, 3]], -1).astype(np.float32)
-    model = TinyCUT3R(tc.dim, tc.state_tokens, tc.heads, tc.mix_layers, tc.max_shift)
+    model = TinyCUT3R(**teacher_args(tc))
 
     def batches():
         while True:
@@ -214,8 +266,9 @@ def pretrain_teacher_stage(cfg, ctx) -> None:
         pose9 = m.decode_pose9(z)
         # the first frame of a clip has no previous frame: its motion is undefined
         # rotation weighted up: a small yaw-rate error bends the whole chained trajectory
+        trans_gt = clip_scaled(rel9[:, 1:, 6:]) if tc.trans_scale == "clip" else rel9[:, 1:, 6:]
         l_pose = (tc.rot_weight * fn.l1_loss(pose9[:, 1:, :6], rel9[:, 1:, :6])
-                  + fn.l1_loss(pose9[:, 1:, 6:], rel9[:, 1:, 6:]))
+                  + tc.trans_weight * fn.l1_loss(pose9[:, 1:, 6:], trans_gt))
         l_fov = fn.l1_loss(m.decode_fov(z).mean(1), torch.deg2rad(fov))
         return l_depth + tc.pose_weight * l_pose + tc.fov_weight * l_fov
 
@@ -224,10 +277,7 @@ def pretrain_teacher_stage(cfg, ctx) -> None:
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
-    save_torch(ctx.out_dir / "teacher.pt", {"state_dict": model.state_dict(),
-                                            "dim": tc.dim, "state_tokens": tc.state_tokens,
-                                            "heads": tc.heads, "mix_layers": tc.mix_layers,
-                                            "max_shift": tc.max_shift})
+    save_torch(ctx.out_dir / "teacher.pt", {"state_dict": model.state_dict(), **teacher_args(tc)})
     n_params = sum(p.numel() for p in model.parameters())
     write_json_atomic(ctx.out_dir / "summary.json", {"n_params": n_params})
     ctx.write_metrics({"final_loss": records[-1]["teacher/loss"], "n_params": n_params})
@@ -255,7 +305,8 @@ def load_teacher(teacher_dir):
         return load_teacher_checkpoint(read_json(teacher_dir / TEACHER_REF)["checkpoint"])
     blob = load_torch(teacher_dir / "teacher.pt")
     model = TinyCUT3R(blob["dim"], blob["state_tokens"], blob["heads"],
-                      blob.get("mix_layers", 1), blob.get("max_shift", 0))
+                      blob.get("mix_layers", 1), blob.get("max_shift", 0),
+                      blob.get("pose_memory", False), blob.get("pose_pair", False))
     model.load_state_dict(blob["state_dict"])
     model.eval()
     for p in model.parameters():

@@ -82,6 +82,18 @@ def psnr(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- models
+def _item_dir(inputs: dict, stage: str, *keys: str):
+    """The folder of a fan-out dependency: ``inputs[stage]`` is that folder (an item dep) or a
+    dict of folders keyed by item, of which the first of ``keys`` present is taken."""
+    d = inputs[stage]
+    if not isinstance(d, dict):
+        return d
+    for k in keys:
+        if k in d:
+            return d[k]
+    raise KeyError(f"{stage}: none of {keys} in {sorted(d)}")
+
+
 class Models:
     def __init__(self, cfg, ctx, seed: int):
         self.cfg = cfg
@@ -90,18 +102,23 @@ class Models:
         self.vae = load_vae(ctx.inputs["train_vae3d"] / "vae3d.pt").to(dev)
         lat = load_npz(ctx.inputs["encode_latents"] / "latents.npz")
         self.mean, self.std = torch.as_tensor(lat["mean"]), torch.as_tensor(lat["std"])
-        ck = load_torch(ctx.inputs["train_world_model"][str(seed)] / "world.pt")
+        ck = load_torch(_item_dir(ctx.inputs, "train_world_model", str(seed)) / "world.pt")
         self.world = build_world_model(cfg.world_model, ck["latent_channels"], ck["grid"], ck["frame"])
         self.world.load_state_dict(ck["state"])
         self.world = OnDevice(self.world, dev)
-        ck = load_torch(ctx.inputs["train_camera_model"][str(seed)] / "camera.pt")
-        self.camera = CameraModel(ck["context"], ck["latent_dim"], ck["hidden"])
+        ck = load_torch(_item_dir(ctx.inputs, "train_camera_model", str(seed)) / "camera.pt")
+        self.camera = CameraModel(ck["context"], ck["latent_dim"], ck["hidden"], ck.get("split_rotation", False))
         self.camera.load_state_dict(ck["state"])
         self.camera = OnDevice(self.camera, dev)
         self.cam_scale = ck["scale"]
         self.pixel = {}
-        for variant in cfg.pixel_model.variants:
-            ck = load_torch(ctx.inputs["train_pixel_model"][f"{variant}-{seed}"] / "pixel.pt")
+        # v6: P (stage train_pixel_model) and the baseline (stage train_baseline) are separate
+        # stages; an inputs dict in the v5 layout (train_pixel_model "{variant}-{seed}") also works
+        dirs = {"persist": _item_dir(ctx.inputs, "train_pixel_model", str(seed), f"persist-{seed}"),
+                "baseline": _item_dir(ctx.inputs, "train_baseline", str(seed)) if "train_baseline" in ctx.inputs
+                else _item_dir(ctx.inputs, "train_pixel_model", f"baseline-{seed}")}
+        for variant, path in dirs.items():
+            ck = load_torch(path / "pixel.pt")
             m = build_pixel_model(cfg.pixel_model, variant, cfg.world.frame)
             m.load_state_dict(ck["state"])
             self.pixel[variant] = OnDevice(m, dev)
@@ -527,8 +544,17 @@ def _set_variants(set_name: str, variants: list[str], cut_rows: list[str] = ()) 
     return [v for v in variants if f"{set_name}:{v}" not in cut_rows]
 
 
+PARTS = {"probe": ("probe",), "rest": ("val_probe", "uniform", "free")}
+"""v6: ``rollout_eval`` fans out over (part, seed): the test probe set's rows, and the rest (the
+validation probe set, the control, free play, the edit test). Each row draws its own sampling
+stream from the seed (``rollout`` reseeds), so the split changes no number; it balances the
+two cores (3 seeds on 2 workers left one idle for a whole item)."""
+
+
 def rollout_eval_stage(cfg, ctx) -> None:
     seed = ctx.item["seed"]
+    part = ctx.item.get("part", "all")          # "all": every row in one call (scripts, old layout)
+    own = ("val_probe",) + SETS if part == "all" else PARTS[part]
     seed_everything(seed)
     ev = cfg.evaluate
     models = Models(cfg, ctx, seed)
@@ -536,6 +562,7 @@ def rollout_eval_stage(cfg, ctx) -> None:
     train = load_npz(ctx.inputs["rollout_env"] / "train.npz")
     classify = PixelClassifier(train["frames"], train["cls"])
     colour_of = LandmarkColour(train["frames"], train["cls"])
+    del train
     sets = {name: load_npz(ctx.inputs["rollout_env"] / f"eval_{name}.npz") for name in SETS}
     sets["val_probe"] = load_npz(ctx.inputs["rollout_env"] / "val_probe.npz")
     worlds = load_npz(ctx.inputs["gen_worlds"] / "worlds.npz")
@@ -549,14 +576,17 @@ def rollout_eval_stage(cfg, ctx) -> None:
 
     starts = {name: probe_windows(sets[name]["probe_mask"]) for name in ("probe", "val_probe")}
     for name in ("probe", "val_probe"):
+        if name not in own:
+            continue
         ep = sets[name]
         for key, value in probe_context(ep["probe_mask"], starts[name], k_base).items():
             record("ground_truth", name, key, value)
         record("ground_truth", name, "probe_score", probe_score(colour_of, ep["frames"], ep, starts[name]))
-    summary["classifier_ceiling_acc"] = class_acc(classify(sets["probe"]["frames"][:, :1] / 255),
-                                                  sets["probe"]["cls"][:, :1])
+    if "probe" in own:
+        summary["classifier_ceiling_acc"] = class_acc(classify(sets["probe"]["frames"][:, :1] / 255),
+                                                      sets["probe"]["cls"][:, :1])
     generated = {}
-    plan = [(v, s) for s in ("val_probe",) + SETS for v in _set_variants(s, ev.variants, ev.cut_rows)]
+    plan = [(v, s) for s in ("val_probe",) + SETS if s in own for v in _set_variants(s, ev.variants, ev.cut_rows)]
     for done, (variant, set_name) in enumerate(plan, 1):
         ep = sets[set_name]
         gen = rollout(models, ep, variant, ep["frames"].shape[1] - 1, seed)
@@ -568,17 +598,20 @@ def rollout_eval_stage(cfg, ctx) -> None:
             _spin_metrics(record, variant, set_name, gen, ep, pred, spin, colour_of, starts.get(set_name),
                           spec.view_distance)
         ctx.progress(done, len(plan), f"{variant} {set_name}")
-    ep = sets["free"]
-    record("ground_truth", "free", "warp_l1", warp_error(ep["frames"], ep, spec, min(32, ep["frames"].shape[1] - 1)))
-    ious = edit_iou(models, sets["probe"], worlds["eval"], classify,
-                    min(ev.edit_episodes, len(sets["probe"]["frames"])), seed)
-    record("ground_truth", "edit", "visible_t0_pixels", ious.pop("visible_t0_pixels"))
-    for variant, iou in ious.items():
-        record(variant, "edit", "iou", iou)
+    if "free" in own:
+        ep = sets["free"]
+        record("ground_truth", "free", "warp_l1",
+               warp_error(ep["frames"], ep, spec, min(32, ep["frames"].shape[1] - 1)))
+        ious = edit_iou(models, sets["probe"], worlds["eval"], classify,
+                        min(ev.edit_episodes, len(sets["probe"]["frames"])), seed)
+        record("ground_truth", "edit", "visible_t0_pixels", ious.pop("visible_t0_pixels"))
+        for variant, iou in ious.items():
+            record(variant, "edit", "iou", iou)
     write_table(ctx.out_dir / "metrics.parquet", {k: [r[k] for r in rows] for k in rows[0]})
     save_npz(ctx.out_dir / "generated.npz", **generated)
-    _plot_spin(generated, sets["probe"], ctx.out_dir / "spin.png", spin)
-    ctx.log_artifact(ctx.out_dir / "spin.png")
+    if "probe" in own:
+        _plot_spin(generated, sets["probe"], ctx.out_dir / "spin.png", spin)
+        ctx.log_artifact(ctx.out_dir / "spin.png")
     ctx.write_metrics(summary)
 
 

@@ -244,12 +244,18 @@ class CameraModel(nn.Module):
     """Residual camera dynamics: (past K cameras, their actions, the inner latent) ->
     (d_pos[3], d_pitch, d_yaw, d_fov), trained with a per-component MSE."""
 
-    def __init__(self, context: int, latent_dim: int, hidden: int = 128):
+    def __init__(self, context: int, latent_dim: int, hidden: int = 128, split_rotation: bool = False):
         super().__init__()
-        self.context = context
+        self.context, self.split_rotation, self.latent_dim = context, split_rotation, latent_dim
         self.net = nn.Sequential(
             nn.Linear(context * (CAM_DIM + 2) + context * N_ACTIONS + latent_dim, hidden), nn.SiLU(),
             nn.Linear(hidden, hidden), nn.SiLU(), nn.Linear(hidden, 6))
+        if split_rotation:
+            # v6: the rotation residual (d_pitch, d_yaw, d_fov) from the past cameras and actions
+            # only; the world latent (collisions) feeds the position residual alone
+            self.rot = nn.Sequential(
+                nn.Linear(context * (CAM_DIM + 2) + context * N_ACTIONS, hidden), nn.SiLU(),
+                nn.Linear(hidden, hidden), nn.SiLU(), nn.Linear(hidden, 3))
 
     @staticmethod
     def cam_features(cams: torch.Tensor) -> torch.Tensor:
@@ -261,8 +267,11 @@ class CameraModel(nn.Module):
         """cams (B, K, 10) past cameras (last = t-1); actions (B, K) long, last = a_t;
         inner (B, D) flattened inner latent."""
         x = torch.cat([self.cam_features(cams).flatten(1),
-                       F.one_hot(actions.long(), N_ACTIONS).float().flatten(1), inner], -1)
-        return self.net(x)
+                       F.one_hot(actions.long(), N_ACTIONS).float().flatten(1)], -1)
+        out = self.net(torch.cat([x, inner], -1))
+        if self.split_rotation:
+            out = torch.cat([out[:, :3], self.rot(x)], -1)
+        return out
 
 
 # ----------------------------------------------------------------------------- pixel model

@@ -92,12 +92,13 @@ def report_stage(cfg, ctx) -> None:
     frames = []
     for key, path in ctx.inputs["rollout_eval"].items():
         d = read_table(path / "metrics.parquet").to_pandas()
-        d["seed"] = int(key)
+        d["seed"] = int(str(key).rsplit("-", 1)[-1])     # v6 items are "{part}-{seed}"
         frames.append(d)
     df = pd.concat(frames, ignore_index=True)
+    n_seeds = int(df.seed.nunique())
     horizon = 64 if 64 in ev.horizons else max(ev.horizons)
     result = criteria(df, spin, horizon)
-    result["n_seeds"] = len(frames)
+    result["n_seeds"] = n_seeds
     result["P3_horizon"] = horizon
     table = side_by_side(df)
     write_json_atomic(ctx.out_dir / "criteria.json", result)

@@ -340,7 +340,7 @@ def train_camera_model_stage(cfg, ctx) -> None:
     all_t = camera_batch(data, zn, _pairs(tr, t_max, np.random.default_rng(7), 4096), cm.context)[-1]
     scale = all_t.std(0).clamp_min(1e-3)
     dev = stage_device(cfg)
-    model = CameraModel(cm.context, inner_latent(zn[0, 0]).numel(), cm.hidden).to(dev)
+    model = CameraModel(cm.context, inner_latent(zn[0, 0]).numel(), cm.hidden, cm.split_rotation).to(dev)
     val = to_device(camera_batch(data, zn, _pairs(va, t_max, np.random.default_rng(9), 512), cm.context), dev)
     scale_dev = scale.to(dev)
 
@@ -364,6 +364,7 @@ def train_camera_model_stage(cfg, ctx) -> None:
                   eval_fn=evaluate, eval_every=max(1, cm.steps // 4), prefix="camera")
     save_torch(ctx.out_dir / "camera.pt", {"state": cpu_state(model), "scale": scale,
                                            "context": cm.context, "hidden": cm.hidden,
+                                           "split_rotation": cm.split_rotation,
                                            "latent_dim": inner_latent(zn[0, 0]).numel()})
     last = records[-1]
     ctx.write_metrics({"final_loss": last["camera/loss"], "val_pos_mae": last["val/pos_mae"],
@@ -442,7 +443,7 @@ def train_pixel_model_stage(cfg, ctx) -> None:
     """P_theta (variant persist) or the pixel-history baseline (variant baseline): the same
     backbone, optimiser, steps, batch and data."""
     _set_threads()
-    pm, variant, seed = cfg.pixel_model, ctx.item["variant"], ctx.item["seed"]
+    pm, variant, seed = cfg.pixel_model, ctx.item.get("variant", "persist"), ctx.item["seed"]
     rng = seed_everything(seed)
     spec = env_spec(cfg.world)
     data = load_npz(ctx.inputs["rollout_env"] / "train.npz")
@@ -469,6 +470,14 @@ def train_pixel_model_stage(cfg, ctx) -> None:
                                                   "backbone": backbone_name(model)})
     ctx.write_metrics({"final_loss": records[-1][f"pixel_{variant}/loss"],
                        "val_rf_loss": records[-1]["val/rf_loss"], "n_params": count_params(model)})
+
+
+def train_baseline_stage(cfg, ctx) -> None:
+    """The pixel-history baseline: ``train_pixel_model_stage`` with variant ``baseline`` (the
+    same backbone, optimiser, steps, batch, data and seed as P). v6: a stage of its own that
+    needs only the rollouts, so it trains while the 3D VAE and the latents are built."""
+    ctx.item = {**ctx.item, "variant": "baseline"}
+    train_pixel_model_stage(cfg, ctx)
 
 
 # keep the names the evaluate stage imports in one place

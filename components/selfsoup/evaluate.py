@@ -77,6 +77,9 @@ def premises(cfg, ctx, seeds: list[int], ingredients: list[str]) -> dict:
         distances = [v for s in soups for v in s["distances"].values()]
         out |= {"barrier_mean": float(np.mean(barriers)), "barrier_max": float(np.max(barriers)),
                 "distance_min": float(np.min(distances)), "distance_mean": float(np.mean(distances)),
+                # encoder-only distances (v5; absent from soups measured before it)
+                "encoder_distance_min": float(np.min([v for s in soups for v in s.get("encoder_distances", {}).values()]
+                                                     or [np.nan])),
                 "distances": [s["distances"] for s in soups], "barriers": [s["barriers"] for s in soups]}
     if len(seeds) > 1:
         val = load_splits(ctx.inputs["prepare_data"])["val"]

@@ -48,6 +48,11 @@ def weight_norm(state: dict) -> float:
     return weight_distance(state, {k: torch.zeros_like(v) for k, v in state.items()})
 
 
+def encoder_part(state: dict) -> dict:
+    """The encoder entries of a classifier's state dict (the head left out)."""
+    return {k: v for k, v in state.items() if k.startswith("encoder.")}
+
+
 def start_state(stock_dir) -> dict:
     """Where every fine-tune of a seed starts from in parameter space: stock encoder + probe head."""
     encoder = {f"encoder.{k}": v for k, v in load_torch(stock_dir / "encoder.pt").items()}
@@ -81,10 +86,15 @@ def soup_stage(cfg, ctx) -> None:
     barriers = pairwise(names, states, lambda a, b: midpoint_barrier(net, a, b, val["x"], val["y"]))
     scale = weight_norm(start_state(stock_dir))
     distances = pairwise(names, states, lambda a, b: weight_distance(a, b) / scale)
-    summary = {"greedy_kept": [names[i] for i in kept], "barriers": barriers, "distances": distances}
+    # the encoders alone (v5): with LP-FT every model has its own probe head, so the whole-model
+    # distance also counts how far apart the heads are
+    encoder_distances = pairwise(names, [encoder_part(s) for s in states], lambda a, b: weight_distance(a, b) / scale)
+    summary = {"greedy_kept": [names[i] for i in kept], "barriers": barriers, "distances": distances,
+               "encoder_distances": encoder_distances}
     write_json_atomic(ctx.out_dir / "soup.json", summary)
     metrics = {f"{k}_val_acc": evaluate_state(net, s, val["x"], val["y"])["acc"] for k, s in soups.items()}
     if barriers:
         metrics |= {"barrier_mean": sum(barriers.values()) / len(barriers), "barrier_max": max(barriers.values()),
-                    "distance_min": min(distances.values()), "distance_mean": sum(distances.values()) / len(distances)}
+                    "distance_min": min(distances.values()), "distance_mean": sum(distances.values()) / len(distances),
+                    "encoder_distance_min": min(encoder_distances.values())}
     ctx.write_metrics(metrics | {"greedy_n_kept": len(kept)})

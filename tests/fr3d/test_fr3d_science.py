@@ -352,8 +352,10 @@ def test_teacher_checkpoint_keeps_its_architecture(tmp_path):
     from components.fr3d.teacher import TinyCUT3R
 
     torch.manual_seed(0)
-    args = dict(dim=16, state_tokens=4, heads=2, mix_layers=2, max_shift=4)
+    args = dict(dim=16, state_tokens=4, heads=2, mix_layers=2, max_shift=4, pose_memory=True,
+                pose_pair=True)
     model = TinyCUT3R(**args)
+    torch.nn.init.normal_(model.pose_memory.proj.weight)     # not the zero init
     save_teacher_checkpoint(model, tmp_path / "t", "tiny_cut3r", **args)
     loaded = load_teacher_checkpoint(tmp_path / "t")
     x = torch.rand(1, 3, 3, 16, 24)
@@ -386,3 +388,39 @@ def test_2d_decoder_reads_features_as_normalised_in_training():
         # an untrained forecaster copies the last frame, so its forecast decodes to the same
         np.testing.assert_allclose(out["feat2d_copy_last"]["depth"][:, 0], expected.numpy(), rtol=1e-5)
         np.testing.assert_allclose(out["feat2d"]["depth"][:, 0], expected.numpy(), rtol=1e-5)
+
+
+def test_pose_memory_averages_the_evidence_from_frame_one_on():
+    # v5: the pose token adds a running average of the per-frame pose evidence; frame 0 (no
+    # motion to see) stays out of it, and the bias-corrected average of a constant is itself
+    from components.fr3d.teacher import PoseMemory
+
+    torch.manual_seed(0)
+    mem = PoseMemory(8)
+    e0, e = torch.randn(2, 3, 8)
+    z0, state = mem(e0, None, first=True)
+    assert torch.equal(z0, e0)
+    torch.nn.init.eye_(mem.proj.weight)
+    for _ in range(4):
+        z, state = mem(e, state, first=False)
+        assert torch.allclose(z, 2 * e, atol=1e-6)        # e + average(e, e, ...) = 2 e
+    rate = torch.sigmoid(mem.rate_logit)
+    assert rate.min() < 0.05 and rate.max() > 0.8           # slow and fast channels
+
+
+def test_pose_token_reads_the_previous_frames_tokens_with_pose_pair():
+    # v5: with pose_pair the pose query reads the previous frame's encoder tokens directly
+    from components.fr3d.teacher import TinyCUT3R
+
+    torch.manual_seed(0)
+    model = TinyCUT3R(dim=16, state_tokens=4, heads=2, pose_pair=True).eval()
+    enc, prev_a, prev_b = torch.randn(3, 1, 6, 16)
+    state = model.state0.expand(1, -1, -1)
+    with torch.no_grad():
+        za = model.step(enc, state, prev_a)[0]
+        zb = model.step(enc, state, prev_b)[0]
+    assert not torch.allclose(za, zb)
+    # v3 teacher (no pose_pair): the previous tokens are ignored
+    plain = TinyCUT3R(dim=16, state_tokens=4, heads=2).eval()
+    with torch.no_grad():
+        assert torch.equal(plain.step(enc, state, prev_a)[0], plain.step(enc, state, prev_b)[0])

@@ -6,6 +6,7 @@ and trains every module from scratch, as the paper does; nothing is loaded from 
 import json
 import math
 
+import pandas as pd
 import pytest
 import torch
 import yaml
@@ -86,7 +87,7 @@ def test_heavy_stages_ask_for_a_gpu_in_the_paper_profile_only():
     from flows.persist import METHOD
 
     heavy = {"train_vae3d", "encode_latents", "train_world_model", "train_camera_model",
-             "train_pixel_model", "rollout_eval"}
+             "train_pixel_model", "train_baseline", "rollout_eval"}
     for stage in METHOD.stages:
         want = 1.0 if stage.name in heavy else 0.0
         assert stage.resources.gpus("paper") == want, stage.name
@@ -167,16 +168,17 @@ def test_persist_paper_profile_end_to_end_on_tiny_configs(tmp_path):
     params = yaml.safe_load((result.project.root / "data" / "persist" / "params.yaml").read_text())
     assert params["profile"] == "paper" and params["pixel_model"]["arch"] == "dit"
     assert params["world_model"]["context"] == 8 and params["evaluate"]["rf_steps"] == 2
-    for variant in ("persist", "baseline"):
-        info = read_json(result.out("persist", "train_pixel_model", f"{variant}-0") / "info.json")
+    for stage in ("train_pixel_model", "train_baseline"):
+        info = read_json(result.out("persist", stage, "0") / "info.json")
         assert info["backbone"] == "DiTTransformer2DModel"
-        assert math.isfinite(result.metrics("persist", "train_pixel_model", f"{variant}-0")["final_loss"])
+        assert math.isfinite(result.metrics("persist", stage, "0")["final_loss"])
     for stage in ("train_world_model", "train_camera_model"):
         assert math.isfinite(result.metrics("persist", stage, "0")["final_loss"])
-    ev = result.metrics("persist", "rollout_eval", "0")
+    ev = {**result.metrics("persist", "rollout_eval", "probe-0"), **result.metrics("persist", "rollout_eval", "rest-0")}
     small_names = {"copy_first_probe_acc_gt_t4", "classifier_ceiling_acc", "ground_truth_probe_probe_score"}
     assert small_names <= set(ev)
-    metrics = read_table(result.out("persist", "rollout_eval", "0") / "metrics.parquet").to_pandas()
+    metrics = pd.concat([read_table(result.out("persist", "rollout_eval", f"{p}-0") / "metrics.parquet").to_pandas()
+                         for p in ("probe", "rest")])
     assert set(metrics.variant) >= {"persist", "persist_w0", "oracle", "baseline", "copy_first"}
     crit = read_json(result.out("persist", "report") / "criteria.json")
     assert {"P1_oracle_val_probe_score", "P2_val_context_probe_pixels_max", "C1_pass", "C2_pass",

@@ -335,12 +335,86 @@ def test_cut_rows_leave_out_only_the_named_rows():
     from components.persist.evaluate import _set_variants
 
     ev = PersistConfig.for_profile("small").evaluate
-    rows = {s: _set_variants(s, ev.variants, ev.cut_rows) for s in ("val_probe", "probe", "free", "uniform")}
+    cut = ["free:oracle", "probe:oracle", "free:persist_w0"]                   # v4/v5's CPU cuts
+    rows = {s: _set_variants(s, ev.variants, cut) for s in ("val_probe", "probe", "free", "uniform")}
     assert rows["val_probe"] == ["oracle", "copy_first"]          # the premise row is never cut
     assert {"persist", "baseline"} <= set(rows["probe"]) & set(rows["free"])   # C1-C3 rows
     assert "oracle" not in rows["probe"] + rows["free"] and "persist_w0" in rows["probe"]
     paper = PersistConfig.for_profile("paper").evaluate
     assert "oracle" in _set_variants("probe", paper.variants, paper.cut_rows)
+
+
+def test_small_profile_runs_the_full_protocol():
+    """v6 (issue #46): no CPU cuts in the small profile: the oracle row on the test probe set and
+    free play, persist_w0 in free play, 12 edit episodes, 6 sampler steps."""
+    from components.persist.config import PersistConfig
+    from components.persist.evaluate import PARTS, SETS, _set_variants
+
+    ev = PersistConfig.for_profile("small").evaluate
+    assert ev.cut_rows == [] and ev.edit_episodes == 12 and ev.rf_steps == 6
+    assert set(_set_variants("probe", ev.variants, ev.cut_rows)) == set(ev.variants)
+    assert set(_set_variants("free", ev.variants, ev.cut_rows)) == set(ev.variants)
+    # the rollout_eval items cover every set exactly once
+    sets = [s for p in ev.parts for s in PARTS[p]]
+    assert sorted(sets) == sorted(("val_probe",) + SETS)
+
+
+def test_baseline_trains_from_the_rollouts_alone_and_eval_splits_by_part():
+    """v6 DAG: the baseline needs no VAE output (it trains beside the VAE on two cores), and the
+    report reads "{part}-{seed}" items as seeds."""
+    from flows.persist import METHOD
+
+    assert METHOD.stage("train_baseline").deps == ("rollout_env",)
+    assert METHOD.stage("train_baseline").fan_out == METHOD.stage("train_pixel_model").fan_out == {"seed": "seeds"}
+    assert METHOD.stage("rollout_eval").fan_out == {"part": "evaluate.parts", "seed": "seeds"}
+    assert "train_baseline" in METHOD.stage("rollout_eval").deps
+
+
+def _tiny_trained(tmp_path):
+    """The smoke profile's stages up to the trained models, called directly (no runtime)."""
+    from components.common.context import LocalContext
+    from components.persist.config import PersistConfig
+    from components.persist.data import gen_worlds_stage, rollout_env_stage
+    from components.persist.train import (encode_latents_stage, train_baseline_stage, train_camera_model_stage,
+                                          train_pixel_model_stage, train_vae3d_stage, train_world_model_stage)
+
+    cfg = PersistConfig.for_profile("smoke")
+    d = {k: tmp_path / k for k in ("gen_worlds", "rollout_env", "train_vae3d", "encode_latents", "train_world_model",
+                                   "train_camera_model", "train_pixel_model", "train_baseline")}
+    steps = [(gen_worlds_stage, "gen_worlds", (), {}), (rollout_env_stage, "rollout_env", ("gen_worlds",), {}),
+             (train_vae3d_stage, "train_vae3d", ("rollout_env",), {}),
+             (encode_latents_stage, "encode_latents", ("rollout_env", "train_vae3d"), {})]
+    steps += [(fn, name, ("rollout_env", "encode_latents"), {"seed": 0})
+              for fn, name in ((train_world_model_stage, "train_world_model"),
+                               (train_camera_model_stage, "train_camera_model"),
+                               (train_pixel_model_stage, "train_pixel_model"), (train_baseline_stage, "train_baseline"))]
+    for fn, name, deps, item in steps:
+        fn(cfg, LocalContext(out_dir=d[name], inputs={k: d[k] for k in deps}, item=item))
+    return cfg, d
+
+
+def test_eval_parts_give_the_same_rows_as_one_call(tmp_path):
+    """Splitting rollout_eval into parts changes no number: every row reseeds its own stream."""
+    import pandas as pd
+
+    from components.common.context import LocalContext
+    from components.common.io import read_table
+    from components.persist.evaluate import rollout_eval_stage
+    from components.persist.report import criteria
+
+    cfg, inputs = _tiny_trained(tmp_path)
+    tables = {}
+    for part in ("all", "probe", "rest"):
+        ctx = LocalContext(out_dir=tmp_path / f"ev-{part}", inputs=inputs, item={"seed": 0, "part": part})
+        rollout_eval_stage(cfg, ctx)
+        tables[part] = read_table(tmp_path / f"ev-{part}" / "metrics.parquet").to_pandas()
+    split = pd.concat([tables["probe"], tables["rest"]]).sort_values(["variant", "set", "metric"])
+    whole = tables["all"].sort_values(["variant", "set", "metric"])
+    assert len(split) == len(whole)
+    assert split.drop(columns="value").reset_index(drop=True).equals(whole.drop(columns="value").reset_index(drop=True))
+    assert split.value.to_numpy() == pytest.approx(whole.value.to_numpy(), nan_ok=True)
+    df = split.assign(seed=0)
+    assert criteria(df, 4, 8).keys() == criteria(whole.assign(seed=0), 4, 8).keys()
 
 
 def _probe_set(n=4, seed=3, hw=(24, 24)):
@@ -515,3 +589,20 @@ def test_residual_world_model_keeps_the_previous_state_when_it_predicts_no_chang
         assert torch.allclose(w, kept, atol=1e-5)
     else:
         assert torch.allclose(w, torch.zeros_like(w), atol=1e-5)
+
+
+def test_camera_rotation_ignores_the_latent_when_split():
+    """v6: with ``split_rotation`` C's rotation residual (d_pitch, d_yaw, d_fov) depends on the past
+    cameras and actions only; the world latent moves the position residual alone. Without it
+    (v5, the paper profile) every output sees the latent."""
+    from components.persist.models import CameraModel
+
+    torch.manual_seed(0)
+    cams, acts = torch.randn(5, 4, 10), torch.randint(0, 11, (5, 4))
+    z1, z2 = torch.randn(5, 64), torch.randn(5, 64)
+    split = CameraModel(4, 64, 32, split_rotation=True)
+    a, b = split(cams, acts, z1), split(cams, acts, z2)
+    assert torch.equal(a[:, 3:], b[:, 3:]) and not torch.allclose(a[:, :3], b[:, :3])
+    whole = CameraModel(4, 64, 32)
+    a, b = whole(cams, acts, z1), whole(cams, acts, z2)
+    assert not torch.allclose(a[:, 3:], b[:, 3:])

@@ -18,7 +18,7 @@ from components.common.io import load_torch, read_json
 from components.common.seeds import seed_everything
 from components.selfsoup.config import SelfsoupConfig
 from components.selfsoup.data import load_splits
-from components.selfsoup.finetune import accuracy, build_classifier, fine_tune
+from components.selfsoup.finetune import accuracy, build_classifier, fine_tune, head_init
 from components.selfsoup.soup import start_state, weight_distance, weight_norm
 from components.selfsoup.ssl import start
 from flows.selfsoup import METHOD
@@ -32,9 +32,10 @@ def finetune_noise_distance(cfg, root: Path, seed: int, order_seed: int) -> tupl
     stock_dir = root / "pretrain_stock" / str(seed)
     splits = load_splits(root / "prepare_data" / "out")
     lr = read_json(root / "fine_tune" / str(seed) / "stock" / "val.json")["lr"]
+    encoder = load_torch(stock_dir / "encoder.pt")
+    head = head_init(cfg, splits["train"], encoder, stock_dir)  # the pipeline's head (LP-FT: the same probe)
     seed_everything(order_seed)
-    model = build_classifier(cfg, splits["train"]["x"].shape[-1], load_torch(stock_dir / "encoder.pt"),
-                             load_torch(stock_dir / "head_init.pt"))
+    model = build_classifier(cfg, splits["train"]["x"].shape[-1], encoder, head)
     fine_tune(model, splits["train"], cfg.finetune, lr)
     reference = load_torch(root / "fine_tune" / str(seed) / "stock" / "model.pt")
     scale = weight_norm(start_state(stock_dir))

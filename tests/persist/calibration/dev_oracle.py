@@ -1,5 +1,5 @@
 """Dev check of premise P1 (validation worlds only): the small profile up to train_pixel_model with
-dev seed 100 (P persist only, W/C/baseline not trained), then the oracle row on the validation
+dev seed 100 (P only: W, C and the baseline are not ancestors of train_pixel_model), then the oracle row on the validation
 probe spins: GT crops -> VAE -> w_2D -> P, scored by the colour reader. Test worlds are never read."""
 import sys, time
 from pathlib import Path
@@ -21,7 +21,7 @@ from components.common.io import load_torch
 
 def main():
     root = Path(sys.argv[1]); extra = eval(sys.argv[2]) if len(sys.argv) > 2 else {}
-    over = {"seeds": [100], "pixel_model": {"variants": ["persist"]},
+    over = {"seeds": [100],
             "rollout": {"eval_probe_episodes": 2, "eval_free_episodes": 1, "eval_uniform_episodes": 1}}
     for k, v in extra.items():
         over.setdefault(k, {}).update(v)
@@ -34,7 +34,7 @@ def main():
     vae = load_vae(out("train_vae3d") / "vae3d.pt")
     lat = load_npz(out("encode_latents") / "latents.npz")
     mean, std = torch.as_tensor(lat["mean"]), torch.as_tensor(lat["std"])
-    ck = load_torch(out("train_pixel_model", "persist-100") / "pixel.pt")
+    ck = load_torch(out("train_pixel_model", "100") / "pixel.pt")
     P = build_pixel_model(cfg.pixel_model, "persist", cfg.world.frame); P.load_state_dict(ck["state"]); P.eval()
     models = SimpleNamespace(cfg=cfg, spec=env_spec(cfg.world), vae=vae, pixel={"persist": P})
     train = load_npz(out("rollout_env") / "train.npz")
