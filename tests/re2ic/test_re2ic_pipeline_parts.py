@@ -90,6 +90,9 @@ def test_premise_compares_own_objective_at_the_common_rate():
 def test_tail_change():
     assert _tail_change([4.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]) == 0.0
     assert _tail_change([10.0, 8.0, 6.0, 4.0, 2.0]) == pytest.approx(1.0)
+    # a fit that logged one point used to raise IndexError; it now counts as unconverged
+    assert _tail_change([3.0]) == float("inf")
+    assert _tail_change([3.0, 3.0]) == 0.0
 
 
 def test_one_pass_rate_equals_the_per_level_sum():
