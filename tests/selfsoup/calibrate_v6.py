@@ -29,12 +29,8 @@ import numpy as np
 
 from components.common.io import load_torch
 from components.selfsoup.config import Recipe, SelfsoupConfig
-from components.selfsoup.data import load_splits
 from components.selfsoup.soup import classifier, midpoint_barrier, start_state, weight_distance, weight_norm
-from components.selfsoup.ssl import start
-from flows.selfsoup import METHOD
 from tests.selfsoup import calibrate_v5 as v5
-from tests.selfsoup.chain import run_chain
 
 NEW_FIELDS = {"norm_pix": False, "fresh_decoder": False, "augment": True}
 
@@ -57,12 +53,7 @@ v5.recipe_key = recipe_key  # ingredient_state looks it up at call time
 
 def calibrate_seed(cfg, root: Path, seed: int, settings, variants: dict, noise: bool) -> dict:
     t0 = time.time()
-    stock_root = root / "stock" / str(seed)
-    if not (stock_root / "pretrain_stock" / str(seed) / "encoder.pt").exists():
-        run_chain(METHOD, cfg, stock_root, only_until="pretrain_stock")
-    start(seed)
-    splits = load_splits(stock_root / "prepare_data" / "out")
-    stock_dir = stock_root / "pretrain_stock" / str(seed)
+    splits, stock_dir = v5.stock_and_splits(cfg, root, seed)
     names = list(cfg.inter_train.ingredients)
     cfg = cfg.model_copy(deep=True)
     for vname, recipe in variants.items():
