@@ -50,7 +50,6 @@ def ingredient_state(cfg, name: str, seed: int, stock_dir: Path, splits: dict, c
     d = cache / str(seed) / f"{name}-{recipe_key(cfg, name)}"
     if not (d / "encoder.pt").exists():
         start(seed)  # as the pipeline's _inter_train: every ingredient from the same RNG state
-        d.mkdir(parents=True, exist_ok=True)
         inter_train_one(cfg, name, stock_dir, downstream_unlabelled(splits), cfg.inter_train.steps, d)
         (d / "recipe.json").write_text(json.dumps(cfg.inter_train.recipes[name].model_dump()))
     state = load_torch(d / "encoder.pt")

@@ -29,7 +29,8 @@ import numpy as np
 
 from components.common.io import load_torch
 from components.selfsoup.config import Recipe, SelfsoupConfig
-from components.selfsoup.soup import classifier, midpoint_barrier, start_state, weight_distance, weight_norm
+from components.selfsoup.soup import (classifier, encoder_part, midpoint_barrier, start_state, weight_distance,
+                                      weight_norm)
 from tests.selfsoup import calibrate_v5 as v5
 
 NEW_FIELDS = {"norm_pix": False, "fresh_decoder": False, "augment": True}
@@ -82,7 +83,7 @@ def calibrate_seed(cfg, root: Path, seed: int, settings, variants: dict, noise: 
            "val": {f"{lr:g}:{ep}": {n: round(100 * val[(n, lr, ep)], 1) for n in states} for lr, ep in settings},
            "selected": {n: f"{best[n][0]:g}:{best[n][1]}" for n in states},
            "minus_stock": {n: round(100 * (sel_val[n] - sel_val["stock"]), 1) for n in names + extra}}
-    enc = {n: {k: t for k, t in s.items() if k.startswith("encoder.")} for n, s in sel.items()}
+    enc = {n: encoder_part(s) for n, s in sel.items()}
     out["ssl_move"] = {n: round(weight_distance({f"encoder.{k}": t for k, t in states[n].items()},
                                                 {f"encoder.{k}": t for k, t in states["stock"].items()}) / scale, 4)
                        for n in names + extra}
@@ -108,9 +109,8 @@ def calibrate_seed(cfg, root: Path, seed: int, settings, variants: dict, noise: 
                    "barrier_mean": round(float(np.mean(b)), 4), "barrier_max": round(max(b), 4),
                    "variant_barrier_mean": {x: round(float(np.mean([midpoint_barrier(net, st[x], st[o], v["x"], v["y"])
                                                                     for o in others])), 4) for x in extra},
-                   "encoder_distance_min": round(min(weight_distance(
-                       {k: t for k, t in st[a].items() if k.startswith("encoder.")},
-                       {k: t for k, t in st[b_].items() if k.startswith("encoder.")}) / scale for a, b_ in pairs), 4)}
+                   "encoder_distance_min": round(min(weight_distance(encoder_part(st[a]), encoder_part(st[b_])) / scale
+                                                     for a, b_ in pairs), 4)}
             if noise:
                 ns, nv = v5.ft(cfg, splits, states["stock"], heads["stock"], lr, ep, seed + 1)
                 row["noise_distance"] = round(weight_distance(ns, st["stock"]) / scale, 4)
