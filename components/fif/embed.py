@@ -18,6 +18,7 @@ import torch
 
 from components.common.io import read_table, save_torch
 from components.common.minilm import SentenceEncoder
+from components.common.text_encoder import HFTextEncoder
 from components.fif.config import MINILM, MMEMBED_ARCH
 
 # OpenAI CLIP's normalisation, used when the folder has no preprocessor_config.json
@@ -34,49 +35,32 @@ class MiniLMEncoder(SentenceEncoder):
         raise ValueError("image components need an image encoder: set embed.embedder to a CLIP folder")
 
 
-class HFEncoder:
-    """Unit-norm embeddings from a local transformers folder, memoised by text like
-    ``SentenceEncoder`` (``encode(texts)``, ``cache``); CLIP folders also ``encode_images``."""
+class HFEncoder(HFTextEncoder):
+    """The shared text encoder (components/common/text_encoder.py) with a CLIP extension: a
+    CLIP folder embeds texts with its text tower and images with its image tower (``encode_images``),
+    one space for both."""
 
     def __init__(self, folder: str, max_tokens: int, batch: int, device: str = "auto", pooling: str = "mean"):
-        from components.common.hf_models import load_model, load_tokenizer, read_config
+        from components.common.hf_models import read_config
 
-        self.folder, self.max_tokens, self.batch, self.pooling = Path(folder), max_tokens, batch, pooling
+        super().__init__(folder, pooling=pooling, max_tokens=max_tokens, batch=batch, device=device)
         self.clip = read_config(folder).get("model_type") == "clip"
-        self.model = load_model(folder, "encoder", device=device)
-        self.tok = load_tokenizer(folder)
-        self.device = next(self.model.parameters()).device
-        self.cache: dict[str, np.ndarray] = {}
 
     @torch.no_grad()
     def _encode(self, texts: list[str]) -> np.ndarray:
+        if not self.clip:
+            return super()._encode(texts)
         out = []
         for i in range(0, len(texts), self.batch):
             enc = self.tok(texts[i:i + self.batch], padding=True, truncation=True, max_length=self.max_tokens,
                            return_tensors="pt").to(self.device)
-            if self.clip:
-                v = _pooled(self.model.get_text_features(input_ids=enc["input_ids"],
-                                                         attention_mask=enc["attention_mask"]))
-            else:
-                h = self.model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).last_hidden_state
-                m = enc["attention_mask"][..., None].to(h.dtype)
-                v = h[:, 0] if self.pooling == "cls" else (h * m).sum(1) / m.sum(1).clamp_min(1.0)
+            v = _pooled(self.model.get_text_features(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]))
             out.append(torch.nn.functional.normalize(v.float(), dim=-1).cpu().numpy())
         return np.concatenate(out) if out else np.zeros((0, self.dim), np.float32)
 
     @property
     def dim(self) -> int:
-        c = self.model.config
-        return int(c.projection_dim if self.clip else c.hidden_size)
-
-    def encode(self, texts: list[str]) -> np.ndarray:
-        todo = sorted({t for t in texts if t not in self.cache})  # sorted: batches do not depend on call order
-        for t, v in zip(todo, self._encode(todo) if todo else []):
-            self.cache[t] = v
-        return np.stack([self.cache[t] for t in texts]).astype(np.float32) if texts else np.zeros((0, self.dim),
-                                                                                                 np.float32)
-
-    __call__ = encode
+        return int(self.model.config.projection_dim) if self.clip else super().dim
 
     @torch.no_grad()
     def encode_images(self, paths: list[str]) -> np.ndarray:

@@ -29,12 +29,13 @@ class AdapterError(ValueError):
     """A teacher checkpoint folder this code cannot build a teacher from."""
 
 
-def _build_tiny(args: dict):
+def build_tiny(args: dict):
+    """TinyCUT3R from its constructor arguments (an adapter.json or a teacher.pt blob)."""
     from components.fr3d.teacher import TinyCUT3R
 
     return TinyCUT3R(int(args["dim"]), int(args["state_tokens"]), int(args["heads"]),
                      int(args.get("mix_layers", 1)), int(args.get("max_shift", 0)),
-                     bool(args.get("pose_memory", False)), bool(args.get("pose_pair", False)))
+                     int(args.get("depth_context", 0)))
 
 
 def _build_cut3r(args: dict):
@@ -43,7 +44,7 @@ def _build_cut3r(args: dict):
                        "ARCroco3DStereo in the interface of components/fr3d/adapter.py")
 
 
-BUILDERS = {"tiny_cut3r": _build_tiny, "cut3r": _build_cut3r}
+BUILDERS = {"tiny_cut3r": build_tiny, "cut3r": _build_cut3r}
 REQUIRED_METHODS = ("forward", "decode_depth", "decode_pose", "decode_fov")
 
 

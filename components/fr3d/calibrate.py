@@ -23,7 +23,7 @@ import torch
 
 from components.common.context import LocalContext
 from components.fr3d.config import Fr3dConfig
-from components.fr3d.data import gen_scenes_stage, load_split, render_stage
+from components.fr3d.data import gen_scenes_stage, is_pretrain, load_split, render_stage
 from components.fr3d.evaluate import score_split
 from components.fr3d.geometry import relative_poses, rotation_angle_deg
 from components.fr3d.teacher import load_teacher, pretrain_teacher_stage
@@ -44,7 +44,7 @@ def rendered(cfg, root: Path) -> dict[str, Path]:
     if not (scenes / "pretrain.pt").is_file():
         gen_scenes_stage(cfg, LocalContext(scenes))
     dirs = {}
-    for split in ("val", "pretrain"):
+    for split in ["val"] + [s for s in cfg.scenes.splits if is_pretrain(s)]:
         d = root / "render" / split
         if not (d / "manifest.json").is_file():
             render_stage(cfg, LocalContext(d, inputs={"gen_scenes": scenes}, item={"split": split}))

@@ -14,6 +14,20 @@ from components.fr3d.scenes import PALETTES, random_palette, render_sequence, sa
 
 DOMAIN_SPLITS = ("train", "val", "test", "kitti_like", "nuscenes_like")
 EVAL_SPLITS = ("test", "kitti_like", "nuscenes_like")
+PRETRAIN = "pretrain"
+
+
+def is_pretrain(split: str) -> bool:
+    """The teacher's pre-training set is rendered in shards ``pretrain_0``, ``pretrain_1``, ...
+    (one render fan-out item each, so the two workers share its rendering); ``pretrain`` alone
+    is one shard."""
+    return split == PRETRAIN or split.startswith(PRETRAIN + "_")
+
+
+def pretrain_shard(sc, split: str) -> tuple[int, int]:
+    """(index, count) of a pre-training shard among ``scenes.splits``."""
+    shards = [s for s in sc.splits if is_pretrain(s)]
+    return shards.index(split), len(shards)
 
 
 def domain_of(scenes_cfg, split: str):
@@ -29,7 +43,7 @@ def n_sequences(sc, split: str) -> int:
 def make_split(sc, split: str, rng: np.random.Generator) -> list[dict]:
     """Scene records of one split: the scene arrays plus how to render them."""
     records = []
-    if split == "pretrain":
+    if is_pretrain(split):
         for _ in range(sc.pretrain_seq):
             h, w = sc.pretrain_shapes[rng.integers(len(sc.pretrain_shapes))]
             speed = 0.0 if rng.random() < 0.1 else float(rng.uniform(2.0, 12.0))
@@ -60,10 +74,13 @@ def gen_scenes_stage(cfg, ctx) -> None:
     sc = cfg.scenes
     summary = {}
     for i, split in enumerate(sc.splits):
+        if is_pretrain(split) and pretrain_shard(sc, split)[0]:
+            continue                    # one scene set for all shards (the first shard's seed)
         rng = np.random.default_rng([sc.data_seed, i])
+        name = PRETRAIN if is_pretrain(split) else split
         records = make_split(sc, split, rng)
-        save_torch(ctx.out_dir / f"{split}.pt", records)
-        summary[f"n_seq_{split}"] = len(records)
+        save_torch(ctx.out_dir / f"{name}.pt", records)
+        summary[f"n_seq_{name}"] = len(records)
         ctx.progress(i + 1, len(sc.splits), f"scenes {split}")
     ctx.write_metrics(summary)
 
@@ -95,7 +112,11 @@ def render_stage(cfg, ctx) -> None:
     if cfg.paper.enabled:
         return read_paper_split(cfg, ctx)
     sc, split = cfg.scenes, ctx.item["split"]
-    records = load_torch(ctx.inputs["gen_scenes"] / f"{split}.pt")
+    if is_pretrain(split):
+        k, n = pretrain_shard(sc, split)
+        records = load_torch(ctx.inputs["gen_scenes"] / f"{PRETRAIN}.pt")[k::n]
+    else:
+        records = load_torch(ctx.inputs["gen_scenes"] / f"{split}.pt")
     groups: dict[tuple[int, int], list] = {}
     for i, rec in enumerate(records):
         out = render_sequence(rec["scene"], height=rec["height"], width=rec["width"],

@@ -59,10 +59,10 @@ def forecast_all(teacher, models: dict, tokens: dict, ce: int, n_ahead: int, con
                 f_pred, z_pred = rollout(model, f_ctx, z_ctx, grid, n_ahead)
                 if decoder is not None:
                     # the 2D decoder was trained on normalised features (train_depth_decoder)
-                    add(name, "depth", unpatchify(decoder(f_pred), *grid).exp())
+                    add(name, "depth", unpatchify(decoder(f_pred, grid), *grid).exp())
                     # the same decoder on the last context frame: this forecaster's own copy-last
                     last = normalise(tokens[key][sl, ce], stats, key)
-                    last = unpatchify(decoder(last), *grid).exp()
+                    last = unpatchify(decoder(last, grid), *grid).exp()
                     add(f"{name}_copy_last", "depth", last[:, None].expand(-1, n_ahead, -1, -1))
                 else:
                     add(name, "depth", teacher.decode_depth(denormalise(f_pred, stats, key), grid))
@@ -150,7 +150,8 @@ def rollout_eval_stage(cfg, ctx) -> None:
     teacher = load_teacher(ctx.inputs["pretrain_teacher"])
     tok_dir = ctx.inputs["extract_tokens"]
     token_dim = load_torch(tok_dir / "test.pt")["F"].shape[-1]
-    paths = {"fr3d": ctx.inputs["train_forecaster"][str(seed)]}
+    fr3d = ctx.inputs["train_forecaster"]    # item_deps: this seed's folder
+    paths = {"fr3d": fr3d[str(seed)] if isinstance(fr3d, dict) else fr3d}
     for key, path in ctx.inputs["train_baselines"].items():
         if key.endswith(f"-{seed}"):
             paths[key.rsplit("-", 1)[0]] = path

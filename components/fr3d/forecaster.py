@@ -215,13 +215,14 @@ def convergence(records: list[dict], key: str, steps: int) -> dict[str, float]:
 
 def train_depth_decoder(fc, seed: int, tokens: dict, frames: dict, ctx) -> nn.Module:
     """Depth decoder for the 2D-feature baseline: teacher encoder features -> depth, trained
-    with GT depth of domain A only (DINO-Foresight trains a dataset-specific head)."""
+    with GT depth of domain A only (DINO-Foresight trains a dataset-specific head). Its
+    architecture is the teacher's depth head (same token-grid context)."""
     rng = seed_everything(seed + 1000)
     stats = token_stats(tokens)
     enc = normalise(tokens["enc"], stats, "enc").flatten(0, 1)
     depth = torch.from_numpy(frames["depth"]).flatten(0, 1)
     grid = tuple(tokens["grid"])
-    head = depth_head(enc.shape[-1])
+    head = depth_head(enc.shape[-1], int(tokens.get("depth_context", 0)))
 
     def batches():
         while True:
@@ -230,7 +231,7 @@ def train_depth_decoder(fc, seed: int, tokens: dict, frames: dict, ctx) -> nn.Mo
 
     def loss_fn(m, batch):
         e, d = batch
-        return silog_loss(unpatchify(m(e), *grid), d, (d > 0).float())
+        return silog_loss(unpatchify(m(e, grid), *grid), d, (d > 0).float())
 
     fit(head, batches(), loss_fn, steps=fc.decoder_steps, lr=fc.lr, warmup=fc.warmup,
         ctx=ctx, prefix="decoder", log_every=20)
@@ -249,6 +250,7 @@ def _train_stage(cfg, ctx, variant: str) -> None:
         frames = load_split(ctx.inputs["render"]["train"])
         head = train_depth_decoder(fc, seed, tokens, frames, ctx)
         blob["decoder"] = head.state_dict()
+        blob["decoder_context"] = len(head.mix)
         metrics["decoder_params"] = sum(p.numel() for p in head.parameters())
     save_torch(ctx.out_dir / "model.pt", blob)
     write_json_atomic(ctx.out_dir / "convergence.json",
@@ -271,7 +273,7 @@ def load_forecaster(path, fc, token_dim: int):
     model.eval()
     decoder = None
     if "decoder" in blob:
-        decoder = depth_head(token_dim)
+        decoder = depth_head(token_dim, blob.get("decoder_context", 0))
         decoder.load_state_dict(blob["decoder"])
         decoder.eval()
     return blob["variant"], model, blob["stats"], decoder

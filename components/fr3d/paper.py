@@ -24,7 +24,9 @@ def parse_source(spec: str) -> tuple[str, list[str]]:
 
 
 def data_splits(cfg) -> list[str]:
-    return [s for s in cfg.scenes.splits if s != "pretrain"]
+    from components.fr3d.data import is_pretrain
+
+    return [s for s in cfg.scenes.splits if not is_pretrain(s)]
 
 
 def split_drives(cfg, split: str) -> tuple[str, Path, list[str]]:

@@ -6,7 +6,8 @@ cues for ego-motion that a pose network's frame pair gives) and normalised pixel
 (so any image shape works) into spatial tokens. A learned pose query joins them; the tokens read a
 persistent recurrent state (16 x 64) by cross-attention, mix by self-attention, and the state
 is written back from the tokens (CUT3R's read/write). Outputs per frame: the pose token z_t and
-the state-augmented spatial tokens F_t. Heads: depth (8x8 log-depth patch per token), pose
+the state-augmented spatial tokens F_t. Heads: depth (8x8 log-depth patch per token, after an
+optional 3x3 convolution over the token grid that lets a patch see its neighbours), pose
 (motion since the previous frame: 6D rotation + translation), horizontal field of view.
 The stateless encoder output (no recurrent state) is also exposed: it is the "2D feature" of the
 DINO-Foresight-like baseline.
@@ -23,9 +24,9 @@ from torch.nn import functional as fn
 from components.common.io import load_npz, load_torch, read_json, save_torch, write_json_atomic
 from components.common.seeds import seed_everything
 from components.common.train import fit
-from components.fr3d.adapter import load_teacher_checkpoint, read_adapter_config
+from components.fr3d.adapter import build_tiny, load_teacher_checkpoint, read_adapter_config
 from components.common.transformer import CrossBlock
-from components.fr3d.data import load_split
+from components.fr3d.data import is_pretrain
 from components.fr3d.geometry import matrix_to_rot6d, pose_from_9d, relative_poses
 from components.fr3d.nn import MLP, SelfBlock
 
@@ -36,10 +37,31 @@ COST_GAIN = 4.0
 TEACHER_REF = "teacher_ref.json"     # paper profile: which checkpoint folder is the teacher
 
 
-def depth_head(dim: int) -> nn.Module:
-    head = MLP(dim, 2 * dim, PATCH * PATCH)
-    nn.init.constant_(head[-1].bias, float(np.log(15.0)))
-    return head
+class DepthHead(nn.Module):
+    """Spatial tokens (..., h*w, dim) on an (h, w) grid -> an 8x8 log-depth patch per token.
+    ``context`` residual 3x3 convolutions over the token grid first let each patch see its
+    neighbours (as a DPT head fuses neighbouring tokens), so depth can be continuous across
+    patch borders; with ``context=0`` every token is decoded on its own (v2-v5)."""
+
+    def __init__(self, dim: int, context: int = 0):
+        super().__init__()
+        self.mix = nn.ModuleList(nn.Conv2d(dim, dim, 3, padding=1) for _ in range(context))
+        self.mlp = MLP(dim, 2 * dim, PATCH * PATCH)
+        nn.init.constant_(self.mlp[-1].bias, float(np.log(15.0)))
+
+    def forward(self, tokens: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+        if len(self.mix):
+            h, w = grid
+            lead, dim = tokens.shape[:-2], tokens.shape[-1]
+            x = tokens.reshape(-1, h, w, dim).permute(0, 3, 1, 2)
+            for conv in self.mix:
+                x = x + conv(fn.gelu(x))
+            tokens = x.permute(0, 2, 3, 1).reshape(*lead, h * w, dim)
+        return self.mlp(tokens)
+
+
+def depth_head(dim: int, context: int = 0) -> DepthHead:
+    return DepthHead(dim, context)
 
 
 def n_shift_costs(max_shift: int) -> int:
@@ -57,7 +79,8 @@ def shift_costs(rgb: torch.Tensor, prev: torch.Tensor, max_shift: int) -> torch.
              for s in range(-max_shift, max_shift + 1)]
     costs += [(rgb - padded[..., mv + s:mv + s + h, max_shift:max_shift + w]).abs().mean(1)
               for s in range(-mv, mv + 1) if s]
-    return torch.stack(costs, 1)
+    # stacked last, viewed as (B, K, H, W): channels-last memory, as the encoder wants it
+    return torch.stack(costs, -1).permute(0, 3, 1, 2)
 
 
 def unpatchify(patches: torch.Tensor, h: int, w: int) -> torch.Tensor:
@@ -67,38 +90,13 @@ def unpatchify(patches: torch.Tensor, h: int, w: int) -> torch.Tensor:
     return x.reshape(*lead, h * PATCH, w * PATCH)
 
 
-class PoseMemory(nn.Module):
-    """Temporal integration of the per-frame pose evidence: a bias-corrected running average
-    with one learnable rate per channel (slow channels can carry the ego speed, which a single
-    frame pair at this resolution measures noisily; fast channels the turn). The pose token is
-    the frame's evidence plus a projection of the average; frame 0 (no previous frame, no
-    motion) does not enter the average."""
-
-    def __init__(self, dim: int):
-        super().__init__()
-        self.rate_logit = nn.Parameter(torch.linspace(-4.0, 2.0, dim))
-        self.proj = nn.Linear(dim, dim)
-        nn.init.zeros_(self.proj.weight)
-        nn.init.zeros_(self.proj.bias)
-
-    def forward(self, e: torch.Tensor, memory, first: bool):
-        if first:
-            return e, (torch.zeros_like(e), torch.zeros_like(e))
-        avg, weight = memory
-        rate = torch.sigmoid(self.rate_logit)
-        avg = (1 - rate) * avg + rate * e
-        weight = (1 - rate) * weight + rate
-        return e + self.proj(avg / weight), (avg, weight)
-
-
 class TinyCUT3R(nn.Module):
     patch = PATCH
 
     def __init__(self, dim: int = 64, state_tokens: int = 16, heads: int = 4,
-                 mix_layers: int = 1, max_shift: int = 0, pose_memory: bool = False,
-                 pose_pair: bool = False):
+                 mix_layers: int = 1, max_shift: int = 0, depth_context: int = 0):
         super().__init__()
-        self.dim, self.max_shift = dim, max_shift
+        self.dim, self.max_shift, self.depth_context = dim, max_shift, depth_context
         self.encoder = nn.Sequential(
             nn.Conv2d(8 + n_shift_costs(max_shift), 32, 3, 2, 1), nn.GELU(),
             nn.Conv2d(32, 48, 3, 2, 1), nn.GELU(),
@@ -109,15 +107,11 @@ class TinyCUT3R(nn.Module):
         self.read = CrossBlock(dim, heads, ff_mult=4)
         self.mix = nn.Sequential(*(SelfBlock(dim, heads) for _ in range(mix_layers)))
         self.write = CrossBlock(dim, heads, ff_mult=4)
-        self.depth_head = depth_head(dim)
+        self.depth_head = depth_head(dim, depth_context)
         self.pose_head = MLP(dim, 2 * dim, 9)
         nn.init.zeros_(self.pose_head[-1].weight)
         nn.init.zeros_(self.pose_head[-1].bias)
         self.fov_head = MLP(dim, dim, 1)
-        self.pose_memory = PoseMemory(dim) if pose_memory else None
-        # the pose query also reads both frames' encoder tokens (tagged current / previous)
-        self.pair_read = CrossBlock(dim, heads, ff_mult=2) if pose_pair else None
-        self.pair_tag = nn.Parameter(torch.randn(2, dim) * 0.02) if pose_pair else None
 
     def encode(self, rgb: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
         """Frame (B, 3, H, W) in [0, 1] and the previous frame -> stateless 2D tokens (B, h*w, dim)."""
@@ -130,19 +124,19 @@ class TinyCUT3R(nn.Module):
         parts = [rgb * 2 - 1, (rgb - prev) * DIFF_GAIN, coords]
         if self.max_shift:
             parts.append(shift_costs(rgb, prev, self.max_shift) * COST_GAIN)
-        feats = self.encoder(torch.cat(parts, 1))
-        return feats.flatten(2).transpose(1, 2)
+        # channels-last (B, H, W, C) memory: the same convolutions, faster on CPU (oneDNN)
+        x = torch.cat([p.permute(0, 2, 3, 1) for p in parts], -1).permute(0, 3, 1, 2)
+        feats = self.encoder(x)
+        return feats.permute(0, 2, 3, 1).flatten(1, 2)     # (B, h*w, dim): a view, channels-last
 
-    def step(self, enc: torch.Tensor, state: torch.Tensor, enc_prev: torch.Tensor | None = None):
+    def step(self, enc: torch.Tensor, state: torch.Tensor, write: bool = True):
         # the pose query starts from the image-wide mean of the frame-pair features (camera
         # motion moves every pixel), then reads the state and the tokens
         query = self.pose_query + self.pose_pool(enc.mean(1))
-        if self.pair_read is not None:
-            pair = torch.cat([enc + self.pair_tag[0], enc_prev + self.pair_tag[1]], 1)
-            query = self.pair_read(query[:, None], pair)[:, 0]
         x = torch.cat([query[:, None], enc], 1)
         x = self.mix(self.read(x, state))
-        state = self.write(state, x)
+        if write:
+            state = self.write(state, x)
         return x[:, 0], x[:, 1:], state
 
     def forward(self, rgb: torch.Tensor):
@@ -152,18 +146,16 @@ class TinyCUT3R(nn.Module):
         enc = self.encode(rgb.flatten(0, 1), prev.flatten(0, 1)).unflatten(0, (b, t))
         state = self.state0.expand(b, -1, -1)
         zs, fs = [], []
-        memory = None
         for k in range(t):
-            z, f, state = self.step(enc[:, k], state, enc[:, max(k - 1, 0)])
-            if self.pose_memory is not None:
-                z, memory = self.pose_memory(z, memory, first=k == 0)
+            # the state after the last frame is never read: its write is skipped
+            z, f, state = self.step(enc[:, k], state, write=k < t - 1)
             zs.append(z)
             fs.append(f)
         return torch.stack(zs, 1), torch.stack(fs, 1), enc
 
     # frozen heads -------------------------------------------------------------------------
     def decode_depth(self, tokens: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
-        return unpatchify(self.depth_head(tokens), *grid).exp()
+        return unpatchify(self.depth_head(tokens, grid), *grid).exp()
 
     def decode_pose9(self, z: torch.Tensor) -> torch.Tensor:
         return self.pose_head(z) + IDENTITY_9D.to(z)
@@ -226,7 +218,7 @@ def teacher_args(tc) -> dict:
     """Constructor arguments of the teacher (saved with its weights)."""
     return {"dim": tc.dim, "state_tokens": tc.state_tokens, "heads": tc.heads,
             "mix_layers": tc.mix_layers, "max_shift": tc.max_shift,
-            "pose_memory": tc.pose_memory, "pose_pair": tc.pose_pair}
+            "depth_context": tc.depth_context}
 
 
 def pretrain_teacher_stage(cfg, ctx) -> None:
@@ -234,10 +226,13 @@ def pretrain_teacher_stage(cfg, ctx) -> None:
         return adopt_teacher_checkpoint(cfg, ctx)
     tc, sc = cfg.teacher, cfg.scenes
     check_clip_length(tc, sc)
-    render_dir = ctx.inputs["render"]["pretrain"]
-    check_no_leak(read_json(render_dir / "manifest.json"), sc)
+    render_dirs = [d for s, d in sorted(ctx.inputs["render"].items()) if is_pretrain(s)]
+    if not render_dirs:
+        raise ValueError("no pre-training split (scenes.splits needs pretrain or pretrain_<k>)")
+    for render_dir in render_dirs:
+        check_no_leak(read_json(render_dir / "manifest.json"), sc)
     rng = seed_everything(tc.seed)
-    groups = [load_npz(p) for p in sorted(render_dir.glob("*.npz"))]
+    groups = [load_npz(p) for d in render_dirs for p in sorted(d.glob("*.npz"))]
     sizes = np.array([len(g["rgb"]) for g in groups], dtype=float)
     for g in groups:
         g["rel9"] = np.concatenate([matrix_to_rot6d(torch.from_numpy(
@@ -260,7 +255,7 @@ def pretrain_teacher_stage(cfg, ctx) -> None:
         rgb, depth, rel9, fov = batch
         z, f, _ = m(rgb)
         h, w = rgb.shape[-2] // PATCH, rgb.shape[-1] // PATCH
-        pred_log = unpatchify(m.depth_head(f), h, w)
+        pred_log = unpatchify(m.depth_head(f, (h, w)), h, w)
         valid = (depth > 0).float()
         l_depth = silog_loss(pred_log.flatten(0, 1), depth.flatten(0, 1), valid.flatten(0, 1))
         pose9 = m.decode_pose9(z)
@@ -268,7 +263,7 @@ def pretrain_teacher_stage(cfg, ctx) -> None:
         # rotation weighted up: a small yaw-rate error bends the whole chained trajectory
         trans_gt = clip_scaled(rel9[:, 1:, 6:]) if tc.trans_scale == "clip" else rel9[:, 1:, 6:]
         l_pose = (tc.rot_weight * fn.l1_loss(pose9[:, 1:, :6], rel9[:, 1:, :6])
-                  + tc.trans_weight * fn.l1_loss(pose9[:, 1:, 6:], trans_gt))
+                  + fn.l1_loss(pose9[:, 1:, 6:], trans_gt))
         l_fov = fn.l1_loss(m.decode_fov(z).mean(1), torch.deg2rad(fov))
         return l_depth + tc.pose_weight * l_pose + tc.fov_weight * l_fov
 
@@ -304,9 +299,7 @@ def load_teacher(teacher_dir):
     if (teacher_dir / TEACHER_REF).is_file():
         return load_teacher_checkpoint(read_json(teacher_dir / TEACHER_REF)["checkpoint"])
     blob = load_torch(teacher_dir / "teacher.pt")
-    model = TinyCUT3R(blob["dim"], blob["state_tokens"], blob["heads"],
-                      blob.get("mix_layers", 1), blob.get("max_shift", 0),
-                      blob.get("pose_memory", False), blob.get("pose_pair", False))
+    model = build_tiny(blob)
     model.load_state_dict(blob["state_dict"])
     model.eval()
     for p in model.parameters():

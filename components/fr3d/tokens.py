@@ -14,7 +14,7 @@ import pandas as pd
 import torch
 
 from components.common.io import save_torch, write_table
-from components.fr3d.data import load_split
+from components.fr3d.data import is_pretrain, load_split
 from components.fr3d.evaluate import forecast_all, ground_truth_references, score_split
 from components.fr3d.teacher import load_teacher, to_tensor_rgb
 
@@ -30,7 +30,9 @@ def encode_split(teacher, rgb: np.ndarray, batch: int = 32) -> dict:
         fs.append(f.half())
         es.append(e.half())
     grid = (rgb.shape[2] // teacher.patch, rgb.shape[3] // teacher.patch)
-    return {"z": torch.cat(zs), "F": torch.cat(fs), "enc": torch.cat(es), "grid": grid}
+    # the 2D-feature baseline's decoder copies the teacher's depth-head context (fair decoder)
+    return {"z": torch.cat(zs), "F": torch.cat(fs), "enc": torch.cat(es), "grid": grid,
+            "depth_context": int(getattr(teacher, "depth_context", 0))}
 
 
 def teacher_premise(teacher, tokens: dict, frames: dict, ev, context: int,
@@ -64,7 +66,7 @@ def teacher_premise(teacher, tokens: dict, frames: dict, ev, context: int,
 def extract_tokens_stage(cfg, ctx) -> None:
     teacher = load_teacher(ctx.inputs["pretrain_teacher"])
     summary = {}
-    splits = [s for s in sorted(ctx.inputs["render"]) if s != "pretrain"]
+    splits = [s for s in sorted(ctx.inputs["render"]) if not is_pretrain(s)]
     for i, split in enumerate(splits):
         frames = load_split(ctx.inputs["render"][split])
         tokens = encode_split(teacher, frames["rgb"])

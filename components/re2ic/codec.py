@@ -304,6 +304,9 @@ def crops_to_fit(names: list[str], validation: list[str], seed: int, seeds: list
 
 def _tail_change(curve: list[float]) -> float:
     """Relative change of the logged loss over the last fifth of the fit: a convergence
-    check (small = the fit had flattened out)."""
+    check (small = the fit had flattened out). A curve of one point shows no flattening, so
+    it counts as unconverged (infinite change) rather than failing on the index."""
+    if len(curve) < 2:
+        return float("inf")
     k = max(1, len(curve) // 5)
     return float(abs(curve[-1 - k] - curve[-1]) / max(abs(curve[-1]), 1e-12))

@@ -42,8 +42,15 @@ def perceptual_distances(a, b, log2_sigma, dcfg) -> dict[str, float]:
 
 # ---- held-out realism statistics (never used in training) ----------------------------
 
+LUMA = (np.float32(0.299), np.float32(0.587), np.float32(0.114))
+
+
 def _gray(rgb: np.ndarray) -> np.ndarray:
-    return rgb @ np.array([0.299, 0.587, 0.114], dtype=np.float32)
+    """Rec. 601 luma as elementwise products: a BLAS matrix product (the earlier ``rgb @ w``)
+    may round differently on another CPU (a re-run on a different machine moved these
+    statistics in the 8th digit); elementwise float32 arithmetic rounds the same everywhere."""
+    rgb = rgb.astype(np.float32, copy=False)
+    return LUMA[0] * rgb[..., 0] + LUMA[1] * rgb[..., 1] + LUMA[2] * rgb[..., 2]
 
 
 def hf_energy_ratio(recon: np.ndarray, original: np.ndarray) -> float:

@@ -84,6 +84,12 @@ class Recipe(Section):
     lam: float = 0.02                    # lejepa
     views: int = 4                       # lejepa
     num_slices: int = 64                 # lejepa (256 in the paper; embeddings here are 32-d)
+    # mae (v6 calibration knobs; defaults = v5's recipe): per-patch normalised pixel targets
+    # (He et al.'s norm_pix_loss), a freshly initialised decoder instead of the stock's, and
+    # whether the view augmentation of inter_train.augment is applied to the MAE input
+    norm_pix: bool = False
+    fresh_decoder: bool = False
+    augment: bool = True
 
 
 class InterTrain(Section):
@@ -228,6 +234,13 @@ class SelfsoupConfig(MethodConfig):
         unknown = [m for m in self.finetune.models if m not in allowed]
         if unknown:
             raise ValueError(f"finetune.models {unknown} are not stock, selfsoup_* or an inter_train ingredient")
+        if self.finetune.probe and self.finetune.probe_c != self.stock.probe_c:
+            # under LP-FT the stock's own probe *is* its head_init (stock.probe_c), reused by fine_tune
+            raise ValueError(f"finetune.probe_c = {self.finetune.probe_c} must equal stock.probe_c = "
+                             f"{self.stock.probe_c} under LP-FT (the stock's probe is its head_init)")
+        for name, r in self.inter_train.recipes.items():
+            if r.algo != "mae" and (r.norm_pix or r.fresh_decoder or not r.augment):
+                raise ValueError(f"inter_train.recipes.{name}: norm_pix / fresh_decoder / augment are MAE knobs")
         return self
 
     def preflight(self) -> None:

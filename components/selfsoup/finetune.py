@@ -54,9 +54,12 @@ def own_probe_head(cfg, train: dict, encoder_state: dict, arch: dict | None = No
                              cfg.model.num_classes)
 
 
-def head_init(cfg, train: dict, encoder_state: dict, stock_dir, arch: dict | None = None) -> dict:
-    """Where the head starts: the model's own probe (LP-FT, ``finetune.probe``) or the stock's."""
-    if cfg.finetune.probe:
+def head_init(cfg, train: dict, encoder_state: dict, stock_dir, arch: dict | None = None,
+              is_stock: bool = False) -> dict:
+    """Where the head starts: the model's own probe (LP-FT, ``finetune.probe``) or the stock's.
+    The stock's own probe is its head_init (same recipe, same features; the config requires
+    finetune.probe_c == stock.probe_c), read rather than fitted a second time."""
+    if cfg.finetune.probe and not is_stock:
         return own_probe_head(cfg, train, encoder_state, arch)
     return load_torch(stock_dir / "head_init.pt")
 
@@ -87,7 +90,7 @@ def fine_tune_model(cfg, name: str, seed: int, inputs, splits: dict, out_dir, ct
     encoder_state = initial_encoder_state(name, seed, cfg, inputs)
     stock_dir = inputs["pretrain_stock"][str(seed)]
     arch = stock_arch(stock_dir)
-    head_state = head_init(cfg, train, encoder_state, stock_dir, arch)
+    head_state = head_init(cfg, train, encoder_state, stock_dir, arch, is_stock=name == "stock")
     best = None
     val_accs = {}
     for lr in cfg.finetune.lrs:

@@ -17,6 +17,12 @@ def mae_loss(pred: torch.Tensor, target: torch.Tensor, masked: torch.Tensor) -> 
     return (per_patch * masked).sum() / masked.sum().clamp_min(1)
 
 
+def norm_pix(target: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """Per-patch standardised pixels (MAE's norm_pix_loss target). target (B, N, P)."""
+    mean, var = target.mean(-1, keepdim=True), target.var(-1, keepdim=True)
+    return (target - mean) / (var + eps).sqrt()
+
+
 def info_nce(q: torch.Tensor, k: torch.Tensor, temperature: float) -> torch.Tensor:
     """InfoNCE where sample i of q must pick sample i of k; scaled by 2T as in MoCoV3."""
     q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)

@@ -62,9 +62,10 @@ def on_device(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 class MAE(nn.Module):
-    def __init__(self, encoder: nn.Module, decoder: nn.Module, mask_ratio: float, aug=None):
+    def __init__(self, encoder: nn.Module, decoder: nn.Module, mask_ratio: float, aug=None, norm_pix: bool = False):
         super().__init__()
         self.encoder, self.decoder, self.mask_ratio, self.aug = encoder, decoder, mask_ratio, aug
+        self.norm_pix = norm_pix
 
     def loss(self, x: torch.Tensor) -> torch.Tensor:
         x = on_device(self.encoder, x)
@@ -77,7 +78,10 @@ class MAE(nn.Module):
         keep, masked = keep.to(x.device), masked.to(x.device)
         pred = encode(lambda v: self.decoder(self.encoder.tokens(v, keep), keep, n), x)
         # the target is in the encoder's input statistics (normalised pixels for the ViT-MAE)
-        return losses.mae_loss(pred, patchify(self.encoder.normalize(x), self.encoder.patch), masked)
+        target = patchify(self.encoder.normalize(x), self.encoder.patch)
+        if self.norm_pix:
+            target = losses.norm_pix(target)
+        return losses.mae_loss(pred, target, masked)
 
 
 class MoCo(nn.Module):
@@ -125,7 +129,7 @@ class LeJEPA(nn.Module):
 
 def make_learner(recipe, encoder: nn.Module, decoder: nn.Module | None, aug) -> nn.Module:
     if recipe.algo == "mae":
-        return MAE(encoder, decoder, recipe.mask_ratio, aug)
+        return MAE(encoder, decoder, recipe.mask_ratio, aug if recipe.augment else None, recipe.norm_pix)
     if recipe.algo == "moco":
         return MoCo(encoder, recipe.temperature, aug)
     if recipe.algo == "mmcr":
@@ -220,13 +224,15 @@ def inter_train_one(cfg, name: str, stock_dir, images: torch.Tensor, steps: int,
     encoder = build_encoder(cfg.model, images.shape[-1], arch)
     encoder.load_state_dict(load_torch(stock_dir / "encoder.pt"))
     decoder = None
-    if recipe.algo == "mae":  # MAE ingredients continue from the stock's own decoder
+    if recipe.algo == "mae":  # MAE ingredients continue from the stock's own decoder (unless fresh_decoder)
         decoder = build_decoder(cfg.model, encoder, arch)
-        decoder.load_state_dict(load_torch(stock_dir / "decoder.pt"))
+        if not recipe.fresh_decoder:
+            decoder.load_state_dict(load_torch(stock_dir / "decoder.pt"))
     it = cfg.inter_train
     learner = make_learner(recipe, encoder, decoder, it.augment).to(device(cfg.model))
     records = train_ssl(learner, images, steps=steps, batch=it.batch, lr=recipe.lr, head_lr=it.head_lr,
                         weight_decay=it.weight_decay, warmup_frac=it.warmup_frac, ctx=ctx, prefix=prefix)
+    out_dir.mkdir(parents=True, exist_ok=True)  # as fine_tune_model: the callee makes its own folder
     save_torch(out_dir / "encoder.pt", cpu_state(encoder))
     return {"final_loss": records[-1][f"{prefix}/loss"] if records else float("nan"), "encoder": encoder,
             "learner": learner}
@@ -241,7 +247,6 @@ def _inter_train(cfg, ctx, images: torch.Tensor, names: list[str], steps: int, p
     metrics = {}
     for name in names:
         start(seed)
-        (ctx.out_dir / name).mkdir(parents=True, exist_ok=True)
         r = inter_train_one(cfg, name, stock_dir, images, steps, ctx.out_dir / name, ctx, f"{prefix}_{name}")
         encoder = r["encoder"]
         diag = {"final_loss": r["final_loss"],  # label-free diagnostics of the representation, on val

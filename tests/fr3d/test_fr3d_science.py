@@ -347,20 +347,26 @@ def test_shift_cost_volume_is_zero_at_the_true_image_motion():
 
 
 def test_teacher_checkpoint_keeps_its_architecture(tmp_path):
-    # the pose pathway and depth mixing are constructor args: a saved teacher reloads as built
+    # the cost volume, token mixing and depth-head context are constructor args: a saved
+    # teacher reloads as built, through the adapter folder and through a pipeline teacher.pt
+    # (v6: both go through the adapter's one builder)
+    from components.common.io import save_torch
     from components.fr3d.adapter import load_teacher_checkpoint, save_teacher_checkpoint
-    from components.fr3d.teacher import TinyCUT3R
+    from components.fr3d.teacher import TinyCUT3R, load_teacher
 
     torch.manual_seed(0)
-    args = dict(dim=16, state_tokens=4, heads=2, mix_layers=2, max_shift=4, pose_memory=True,
-                pose_pair=True)
-    model = TinyCUT3R(**args)
-    torch.nn.init.normal_(model.pose_memory.proj.weight)     # not the zero init
+    args = dict(dim=16, state_tokens=4, heads=2, mix_layers=2, max_shift=4, depth_context=1)
+    model = TinyCUT3R(**args).eval()
     save_teacher_checkpoint(model, tmp_path / "t", "tiny_cut3r", **args)
-    loaded = load_teacher_checkpoint(tmp_path / "t")
+    (tmp_path / "p").mkdir()
+    save_torch(tmp_path / "p" / "teacher.pt", {"state_dict": model.state_dict(), **args})
     x = torch.rand(1, 3, 3, 16, 24)
     with torch.no_grad():
-        assert torch.allclose(model.eval()(x)[0], loaded(x)[0])
+        _, f, _ = model(x)
+        for loaded in (load_teacher_checkpoint(tmp_path / "t"), load_teacher(tmp_path / "p")):
+            assert len(loaded.depth_head.mix) == 1
+            assert torch.allclose(model(x)[0], loaded(x)[0])
+            assert torch.allclose(model.decode_depth(f, (2, 3)), loaded.decode_depth(f, (2, 3)))
 
 
 def test_2d_decoder_reads_features_as_normalised_in_training():
@@ -384,43 +390,95 @@ def test_2d_decoder_reads_features_as_normalised_in_training():
     out = forecast_all(teacher, {"feat2d": ("feat2d", model, stats, decoder)}, tokens, ce=5,
                        n_ahead=2, context=4, batch=n)
     with torch.no_grad():
-        expected = unpatchify(decoder(normalise(tokens["enc"][:, 5], stats, "enc")), *grid).exp()
+        expected = unpatchify(decoder(normalise(tokens["enc"][:, 5], stats, "enc"), grid),
+                              *grid).exp()
         # an untrained forecaster copies the last frame, so its forecast decodes to the same
         np.testing.assert_allclose(out["feat2d_copy_last"]["depth"][:, 0], expected.numpy(), rtol=1e-5)
         np.testing.assert_allclose(out["feat2d"]["depth"][:, 0], expected.numpy(), rtol=1e-5)
 
 
-def test_pose_memory_averages_the_evidence_from_frame_one_on():
-    # v5: the pose token adds a running average of the per-frame pose evidence; frame 0 (no
-    # motion to see) stays out of it, and the bias-corrected average of a constant is itself
-    from components.fr3d.teacher import PoseMemory
+def test_depth_head_context_mixes_neighbouring_tokens_only_when_asked():
+    # v6: with depth_context > 0 the depth head sees the neighbouring tokens on the grid (3x3);
+    # with 0 every token is decoded on its own (v5)
+    from components.fr3d.teacher import DepthHead
 
     torch.manual_seed(0)
-    mem = PoseMemory(8)
-    e0, e = torch.randn(2, 3, 8)
-    z0, state = mem(e0, None, first=True)
-    assert torch.equal(z0, e0)
-    torch.nn.init.eye_(mem.proj.weight)
-    for _ in range(4):
-        z, state = mem(e, state, first=False)
-        assert torch.allclose(z, 2 * e, atol=1e-6)        # e + average(e, e, ...) = 2 e
-    rate = torch.sigmoid(mem.rate_logit)
-    assert rate.min() < 0.05 and rate.max() > 0.8           # slow and fast channels
+    grid, d = (3, 4), 8
+    tokens = torch.randn(2, 5, 12, d)
+    changed = tokens.clone()
+    changed[..., 5, :] += 1.0                          # token (row 1, col 1)
+    for context, touched in ((0, {5}), (1, {0, 1, 2, 4, 5, 6, 8, 9, 10})):
+        head = DepthHead(d, context).eval()
+        with torch.no_grad():
+            diff = (head(changed, grid) - head(tokens, grid)).abs().sum((0, 1, 3))
+        assert head(tokens, grid).shape == (2, 5, 12, 64)
+        assert {i for i in range(12) if diff[i] > 0} == touched
 
 
-def test_pose_token_reads_the_previous_frames_tokens_with_pose_pair():
-    # v5: with pose_pair the pose query reads the previous frame's encoder tokens directly
-    from components.fr3d.teacher import TinyCUT3R
+def test_channels_last_encoder_matches_the_plain_convolutions():
+    # v6: the encoder runs its convolutions channels-last (speed only): same features
+    from components.fr3d.teacher import TinyCUT3R, shift_costs
 
     torch.manual_seed(0)
-    model = TinyCUT3R(dim=16, state_tokens=4, heads=2, pose_pair=True).eval()
-    enc, prev_a, prev_b = torch.randn(3, 1, 6, 16)
-    state = model.state0.expand(1, -1, -1)
+    model = TinyCUT3R(dim=16, state_tokens=4, heads=2, max_shift=4).eval()
+    rgb, prev = torch.rand(2, 2, 3, 16, 24)
     with torch.no_grad():
-        za = model.step(enc, state, prev_a)[0]
-        zb = model.step(enc, state, prev_b)[0]
-    assert not torch.allclose(za, zb)
-    # v3 teacher (no pose_pair): the previous tokens are ignored
-    plain = TinyCUT3R(dim=16, state_tokens=4, heads=2).eval()
-    with torch.no_grad():
-        assert torch.equal(plain.step(enc, state, prev_a)[0], plain.step(enc, state, prev_b)[0])
+        fast = model.encode(rgb, prev)
+        x = torch.cat([rgb * 2 - 1, (rgb - prev) * 8.0, _coords(2, 16, 24),
+                       shift_costs(rgb, prev, 4) * 4.0], 1).contiguous()
+        plain = model.encoder(x).flatten(2).transpose(1, 2)
+    torch.testing.assert_close(fast, plain, rtol=1e-4, atol=1e-5)
+
+
+def _coords(b, h, w):
+    ys = (torch.arange(h, dtype=torch.float32) + 0.5 - h / 2) / (w / 2)
+    xs = (torch.arange(w, dtype=torch.float32) + 0.5 - w / 2) / (w / 2)
+    yy, xx = torch.meshgrid(ys, xs, indexing="ij")
+    return torch.stack([xx, yy]).expand(b, 2, h, w)
+
+
+def test_pretrain_shards_partition_one_scene_set():
+    # v6: the teacher's pre-training set renders in shards (one render item each); together
+    # they are the one scene set gen_scenes drew, each sequence in exactly one shard
+    from components.fr3d.config import Fr3dConfig
+    from components.fr3d.data import is_pretrain, pretrain_shard
+
+    sc = Fr3dConfig.for_profile("small").scenes
+    shards = [s for s in sc.splits if is_pretrain(s)]
+    assert shards == ["pretrain_0", "pretrain_1"]
+    assert [pretrain_shard(sc, s) for s in shards] == [(0, 2), (1, 2)]
+    idx = list(range(7))
+    assert sorted(sum((idx[k::n] for k, n in map(lambda s: pretrain_shard(sc, s), shards)), [])) == idx
+    assert not any(is_pretrain(s) for s in ("train", "val", "probe", "kitti_like"))
+
+
+def test_small_profile_validates_exactly_where_p3_compares():
+    # v6: validation only at steps 75 and 100 (P3's last quarter), no longer at 25 and 50
+    from components.fr3d.config import Fr3dConfig
+    from components.fr3d.forecaster import convergence
+
+    fc = Fr3dConfig.for_profile("small").forecaster
+    every = fc.log_every * fc.eval_every_logs
+    evals = [s for s in range(1, fc.steps + 1)
+             if (s % fc.log_every == 0 or s == fc.steps) and (s % every == 0 or s == fc.steps)]
+    assert evals == [75, 100] == [round(0.75 * fc.steps), fc.steps]
+    out = convergence([{"step": 75, "v": 2.0}, {"step": 100, "v": 1.0}], "v", fc.steps)
+    assert out["val_loss_at_75pct"] == 2.0 and out["val_last_quarter_drop"] == 1.0
+
+
+def test_frustum_culling_leaves_the_renders_unchanged():
+    # v6: boxes outside the view frustum are skipped by the ray tests (speed): same images
+    from components.fr3d.config import Fr3dConfig
+    from components.fr3d.data import make_split
+    from components.fr3d.scenes import render_sequence
+
+    sc = Fr3dConfig.for_profile("small").scenes
+    recs = make_split(sc, "pretrain_0", np.random.default_rng([7, 6]))[:3]
+    recs += make_split(sc, "kitti_like", np.random.default_rng([7, 3]))[:2]
+    for r in recs:
+        kw = dict(height=r["height"] // 2, width=r["width"] // 2, fov_deg=r["fov_deg"],
+                  palette=r["palette"], cam_height=sc.cam_height, cam_pitch_deg=sc.cam_pitch_deg,
+                  max_depth=sc.max_depth)
+        fast, full = render_sequence(r["scene"], **kw), render_sequence(r["scene"], cull=False, **kw)
+        for k in full:
+            np.testing.assert_array_equal(fast[k], full[k])

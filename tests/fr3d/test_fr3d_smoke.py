@@ -11,8 +11,10 @@ def test_fr3d_smoke_end_to_end(tmp_path):
     from flows.runtime.testing import run_in_temp_project
 
     result = run_in_temp_project("fr3d", tmp_path / "project", profile="smoke")
-    # 1 gen + 7 render + teacher + tokens + 1 fr3d + 2 baselines + 1 eval + report
-    assert len(result.executed) == 15
+    # 1 gen + 8 render (6 domain splits, 2 pre-training shards) + teacher + tokens + 1 fr3d
+    # + 2 baselines + 1 eval + report
+    assert len(result.executed) == 16
+    assert {result.metrics("fr3d", "render", f"pretrain_{k}")["n_seq"] for k in (0, 1)} == {12}
 
     assert result.metrics("fr3d", "render", "kitti_like")["valid_share"] > 0.5
     assert math.isfinite(result.metrics("fr3d", "pretrain_teacher")["final_loss"])

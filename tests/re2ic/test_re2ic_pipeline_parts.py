@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from components.re2ic.codec import Re2ICCodec, _tail_change, crops_to_fit, laplace_bits
-from components.re2ic.evaluate import compare_at_matched_rate, premise_checks
+from components.re2ic.evaluate import _gray, compare_at_matched_rate, premise_checks
 from components.re2ic.images import crop_id, load_crop
 from components.re2ic.wd import (SQRT_GRAD_LIMIT, RandomFeatures, WDToTarget, _HaarStack, _SafeSqrt, _WDTerm,
                                  haar_dwt, level_weights, lowpass, multi_wd, multiscale_stats, wavelet_wd)
@@ -90,6 +90,9 @@ def test_premise_compares_own_objective_at_the_common_rate():
 def test_tail_change():
     assert _tail_change([4.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]) == 0.0
     assert _tail_change([10.0, 8.0, 6.0, 4.0, 2.0]) == pytest.approx(1.0)
+    # a fit that logged one point used to raise IndexError; it now counts as unconverged
+    assert _tail_change([3.0]) == float("inf")
+    assert _tail_change([3.0, 3.0]) == 0.0
 
 
 def test_one_pass_rate_equals_the_per_level_sum():
@@ -138,3 +141,14 @@ def test_validation_crops_are_fitted_on_the_first_seeds_only():
     assert crops_to_fit(names, validation, 4, [3, 4, 5], 1) == ["a", "b"]
     assert crops_to_fit(names, validation, 4, [3, 4, 5], 2) == ["a", "b", "val"]
     assert crops_to_fit(names, validation, 5, [3, 4, 5], 0) == ["a", "b", "val"]   # 0 = every seed
+
+
+def test_gray_is_elementwise_and_layout_independent():
+    # the luma used by the realism statistics must not depend on a BLAS kernel: a
+    # non-contiguous view and a contiguous copy give the same bits, and a pixel's value is
+    # the float32 weighted sum of its own channels
+    rgb = np.random.default_rng(0).random((33, 17, 3), dtype=np.float32)
+    view = np.asfortranarray(rgb)[::2]
+    assert np.array_equal(_gray(view), _gray(np.ascontiguousarray(rgb[::2])))
+    r, g, b = rgb[5, 7]
+    assert _gray(rgb)[5, 7] == np.float32(0.299) * r + np.float32(0.587) * g + np.float32(0.114) * b

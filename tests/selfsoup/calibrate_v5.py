@@ -50,7 +50,6 @@ def ingredient_state(cfg, name: str, seed: int, stock_dir: Path, splits: dict, c
     d = cache / str(seed) / f"{name}-{recipe_key(cfg, name)}"
     if not (d / "encoder.pt").exists():
         start(seed)  # as the pipeline's _inter_train: every ingredient from the same RNG state
-        d.mkdir(parents=True, exist_ok=True)
         inter_train_one(cfg, name, stock_dir, downstream_unlabelled(splits), cfg.inter_train.steps, d)
         (d / "recipe.json").write_text(json.dumps(cfg.inter_train.recipes[name].model_dump()))
     state = load_torch(d / "encoder.pt")
@@ -69,14 +68,18 @@ def ft(cfg, splits, encoder_state, head, lr: float, epochs: int, order_seed: int
     return cpu_state(model), accuracy(model, splits["val"]["x"], splits["val"]["y"])
 
 
-def calibrate_seed(cfg, root: Path, seed: int, settings, head_mode: str) -> dict:
-    t0 = time.time()
+def stock_and_splits(cfg, root: Path, seed: int) -> tuple[dict, Path]:
+    """The seed's data splits and stock folder, pre-training the stock once (cached in root)."""
     stock_root = root / "stock" / str(seed)
     if not (stock_root / "pretrain_stock" / str(seed) / "encoder.pt").exists():
         run_chain(METHOD, cfg, stock_root, only_until="pretrain_stock")
     start(seed)
-    splits = load_splits(stock_root / "prepare_data" / "out")
-    stock_dir = stock_root / "pretrain_stock" / str(seed)
+    return load_splits(stock_root / "prepare_data" / "out"), stock_root / "pretrain_stock" / str(seed)
+
+
+def calibrate_seed(cfg, root: Path, seed: int, settings, head_mode: str) -> dict:
+    t0 = time.time()
+    splits, stock_dir = stock_and_splits(cfg, root, seed)
     names = list(cfg.inter_train.ingredients)
     states, knn = {"stock": load_torch(stock_dir / "encoder.pt")}, {}
     for n in names:

@@ -122,3 +122,17 @@ def test_mmcr_local_at_full_collapse_is_sqrt2_minus_one_over_sqrt_b():
     b = 64
     z = torch.ones(b, 32, dtype=torch.float64)
     assert math.isclose(losses.mmcr_loss(z, z, local=True).item(), math.sqrt(2) - 1 / math.sqrt(b), rel_tol=1e-9)
+
+
+def test_norm_pix_target_is_each_patch_standardised():
+    """MAE's norm_pix_loss target (v6 knob): every patch mean 0, unbiased variance 1; a flat
+    (background) patch becomes 0, not NaN."""
+    g = torch.Generator().manual_seed(0)
+    t = torch.rand(3, 5, 16, generator=g, dtype=torch.float64)
+    t[0, 0] = 0.25
+    n = losses.norm_pix(t)
+    assert torch.allclose(n[1:].mean(-1), torch.zeros(2, 5, dtype=torch.float64), atol=1e-12)
+    assert torch.allclose(n[1:].var(-1), torch.ones(2, 5, dtype=torch.float64), atol=1e-4)
+    assert torch.equal(n[0, 0], torch.zeros(16, dtype=torch.float64))
+    ref = (t[2, 3] - t[2, 3].mean()) / (t[2, 3].var() + 1e-6).sqrt()
+    assert torch.allclose(n[2, 3], ref)

@@ -57,3 +57,28 @@ def test_encoder_distance_leaves_the_head_out():
     b = {"encoder.w": torch.tensor([3.0, 4.0, 0.0]), "head.weight": torch.tensor([100.0, 0.0])}
     assert encoder_part(b).keys() == {"encoder.w"}
     assert weight_distance(encoder_part(a), encoder_part(b)) == 5.0
+
+
+def test_the_stock_probe_is_read_not_refitted_under_lpft(tmp_path, monkeypatch):
+    """v6 fix: under LP-FT the stock's head is its head_init.pt (pretrain_stock's probe); v5 fitted
+    the same probe a second time in fine_tune."""
+    from components.selfsoup import finetune
+
+    sentinel = {"weight": torch.full((10, 32), 7.0), "bias": torch.zeros(10)}
+    torch.save(sentinel, tmp_path / "head_init.pt")
+    calls = []
+    monkeypatch.setattr(finetune, "own_probe_head", lambda *a, **k: calls.append(1) or sentinel)
+    cfg = SelfsoupConfig.for_profile("small")
+    head = finetune.head_init(cfg, _data(), _encoder_state(1), tmp_path, is_stock=True)
+    torch.testing.assert_close(head["weight"], sentinel["weight"])
+    assert not calls
+    finetune.head_init(cfg, _data(), _encoder_state(2), tmp_path)  # an ingredient: its own probe
+    assert calls == [1]
+
+
+def test_lpft_requires_the_stock_probe_recipe():
+    import pytest
+
+    with pytest.raises(ValueError, match="probe_c"):
+        SelfsoupConfig.for_profile("small", {"finetune": {"probe_c": 0.5}})
+    SelfsoupConfig.for_profile("small", {"finetune": {"probe": False, "probe_c": 0.5}})
