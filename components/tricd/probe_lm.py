@@ -4,6 +4,8 @@ the dev pretrain split over *perfect* word-aligned visual tokens built from the 
 (pairs, motion, scene, camera; the ``probe_bind --oracle`` construction plus the camera), and
 scored on the dev val split. Isolates "can the LM read visual tokens" from the vision tower.
     python -m components.tricd.probe_lm BUILD_DIR LABEL '{"d_model": 64, ...}'
+v9: ``lm`` "reader" (``reader.ReaderVLLM``; ``n_enc``, ``hops``) or "packed" (the causal toy with
+its pads after ``<ans>``, ``reader.packed_forward``); default the stage's causal toy.
 Keys: d_model, n_layers, n_heads, steps, lr, yn_first, tasks (list of tasks trained on),
 types (list of types trained on), batch, eval_every.
 """
@@ -76,8 +78,15 @@ def main(build: Path, label: str, over: dict) -> None:
     rng = seed_everything(o["seed"])
     t0 = time.time()
     pre, val = load_split(build, "pretrain"), load_split(build, "val")
-    model = ToyVLLM(len(build_vocab()), 8, 32, 4, o["d_model"], o["n_layers"], o["n_heads"], MAX_TEXT,
-                    merge=4, align=True, tpatch=2, camera=True, feat_scale=0.0)
+    cls, extra = ToyVLLM, {}
+    if o.get("lm") == "reader":   # v9: bidirectional question encoder + co-attention hops
+        from components.tricd.reader import ReaderVLLM
+        cls, extra = ReaderVLLM, {"n_enc": o.get("n_enc", 2), "hops": o.get("hops", 2)}
+    elif o.get("lm") == "packed":  # v9: causal toy, pads after <ans>
+        from components.tricd.reader import PackedVLLM
+        cls = PackedVLLM
+    model = cls(len(build_vocab()), 8, 32, 4, o["d_model"], o["n_layers"], o["n_heads"], MAX_TEXT,
+                merge=4, align=True, tpatch=2, camera=True, feat_scale=0.0, **extra)
     for p in [*model.patch_embed.parameters(), *model.ground_head.parameters(), *model.merger.parameters()]:
         p.requires_grad_(False)
     tp = oracle_states(read_json(f"{build}/pretrain_programs.json"), 32, model.token_px, model.tpatch, o["d_model"])
