@@ -14,12 +14,21 @@ HELDOUT_SHARE = 0.1   # last 10% of pretrain videos: a held-out set from the bia
 
 
 def make_backbone(bench, backbone) -> ToyVLLM:
-    return ToyVLLM(len(build_vocab()), bench.frames, bench.size, backbone.patch, backbone.d_model,
+    from components.tricd.reader import PackedVLLM, ReaderVLLM
+
+    cls, extra = ToyVLLM, {}
+    if backbone.lm == "reader":
+        cls, extra = ReaderVLLM, {"n_enc": backbone.n_enc, "hops": backbone.hops}
+    elif backbone.lm == "packed":
+        cls = PackedVLLM
+    elif backbone.lm != "causal":
+        raise ValueError(f"backbone.lm must be causal, packed or reader, not {backbone.lm!r}")
+    return cls(len(build_vocab()), bench.frames, bench.size, backbone.patch, backbone.d_model,
                    backbone.n_layers, backbone.n_heads, MAX_TEXT, merge=backbone.merge,
                    align=backbone.align, tpatch=backbone.tpatch, video_first=backbone.video_first,
                    context=backbone.context, camera=backbone.ground_camera,
                    pixel_colour=backbone.pixel_colour, pos_weight=backbone.ground_pos_weight,
-                   token_weight=backbone.ground_token_weight, feat_scale=backbone.feat_scale)
+                   token_weight=backbone.ground_token_weight, feat_scale=backbone.feat_scale, **extra)
 
 
 def load_backbone(path, bench, backbone) -> ToyVLLM:
@@ -77,9 +86,37 @@ def pretrain_tower(model, videos, labels, scenes, n_videos: int, bb, rng, ctx):
     return torch.cat([f for f, _ in states]), torch.cat([g for _, g in states])
 
 
+def more_pretrain_qa(data, programs, n_videos: int, qa_per_task: int, bench, seed: int) -> None:
+    """v9 (``backbone.pretrain_qa_per_task`` > 0): replace the pretrain split's QA of the first
+    ``n_videos`` videos by ``qa_per_task`` fresh items per task and video, drawn from the same
+    scene programs with the split's own bias (the stage's ~2,200 items a type were memorised,
+    CLAIMS "Calibration v8"). ``data`` (a ``decode.Split``) is changed in place."""
+    import pandas as pd
+
+    from components.tricd import benchmark as Bm
+
+    g = np.random.default_rng(seed)
+    items = []
+    for v, p in enumerate(programs[:n_videos]):
+        for task in Bm.TASKS:
+            for _ in range(qa_per_task):
+                it = Bm.make_item(p, task, "pretrain", g, bias=bench.bias, biased_types=bench.biased_types,
+                                  adversarial_rate=bench.adversarial_rate)
+                if it is not None:
+                    it.update(video=v, compositional=task.startswith("c_"))
+                    items.append(it)
+    index = {w: i for i, w in enumerate(build_vocab())}
+    data.qa = pd.DataFrame(items)
+    data.text = torch.tensor([encode(q, index, MAX_TEXT) for q in data.qa.question], dtype=torch.long)
+    data.target = torch.tensor([index[a] for a in data.qa.answer], dtype=torch.long)
+    data.video_idx = torch.tensor(data.qa.video.to_numpy(), dtype=torch.long)
+
+
 def frozen_tower_loss(m, batch, tower) -> torch.Tensor:
     """QA loss on cached tower states: ``batch`` = (video index, text, target)."""
     vids, text, target = batch
+    if getattr(m, "pad_free", False):   # v9 language sides ignore pads: drop the shared pad columns
+        text = text[:, -int((text != 0).sum(1).max()):]
     return answer_loss(m(None, text, tower=(tower[0][vids], tower[1][vids]))[0], target)
 
 
@@ -102,13 +139,15 @@ def train_backbone_stage(cfg, ctx) -> None:
     bench_dir = ctx.inputs["build_benchmark"]
     data = load_split(bench_dir, "pretrain")
     cut = heldout_start(len(data.videos))
-    rows = np.flatnonzero(data.video_idx.numpy() < cut)
     model = make_backbone(cfg.bench, cfg.backbone)
     bb = cfg.backbone
 
     # captioning pretraining (as VLLMs are pretrained): dense supervision of what is in the
     # video, on the same pretrain videos; QA answers alone learn little beyond the prior here
     programs = read_json(f"{bench_dir}/pretrain_programs.json")
+    if bb.pretrain_qa_per_task:   # v9: many more QA items from the same (training) programs
+        more_pretrain_qa(data, programs, cut, bb.pretrain_qa_per_task, cfg.bench, cfg.backbone.seed + 1000)
+    rows = np.flatnonzero(data.video_idx.numpy() < cut)
     index = {w: i for i, w in enumerate(build_vocab())}
     captions = torch.tensor([encode_caption(caption(p), index) for p in programs[:cut]])
     prompt = torch.tensor([encode(CAPTION_PROMPT, index, len(CAPTION_PROMPT.split()) + 1)])

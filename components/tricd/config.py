@@ -63,6 +63,13 @@ class Backbone(Section):
     tower_steps: int = 800             # > 0: the vision tower is pretrained alone this many steps, then
                                        # frozen while the LM learns QA (0 = joint training, v1-v4)
     tower_batch: int = 64              # videos per vision-tower step
+    lm: str = "causal"                 # v9: language side. "causal" = the toy (v1-v8, left-padded, no mask);
+                                       # "packed" = the same causal toy with each row's pads after <ans>;
+                                       # "reader" = VQA-style reader (reader.ReaderVLLM)
+    n_enc: int = 2                     # v9 reader: bidirectional question-encoder blocks
+    hops: int = 2                      # v9 reader: co-attention rounds (visual <-> question)
+    pretrain_qa_per_task: int = 0      # v9: > 0: the QA phase draws this many fresh items per task and
+                                       # pretrain video from the scene programs (same bias); 0 = the split's own
     seed: int = 3                      # one frozen backbone (v5: fresh; v4 2; v3 1); criteria seeds vary the policy
 
 

@@ -24,6 +24,8 @@ from components.tricd.model import ToyVLLM
 
 
 class ReaderVLLM(ToyVLLM):
+    pad_free = True   # logits do not depend on left padding: training batches may be trimmed
+
     def __init__(self, *args, n_enc: int = 2, hops: int = 2, **kwargs):
         super().__init__(*args, **kwargs)
         d = self.tok_emb.embedding_dim
@@ -34,23 +36,30 @@ class ReaderVLLM(ToyVLLM):
         self.txt_read = nn.ModuleList(CrossBlock(d, heads) for _ in range(hops))   # question <- visual
         self.txt_mix = nn.ModuleList(CrossBlock(d, heads) for _ in range(hops))    # question <- question
         self.ln_vis = nn.LayerNorm(d)
+        # the inputs enter layer-normed: word embeddings (init std 0.02) and word-aligned visual
+        # tokens are ~50x smaller than a CrossBlock's attention output, which would otherwise
+        # overwrite them in the first residual update (the visual tokens then carry the question)
+        self.ln_txt_in, self.ln_vis_in = nn.LayerNorm(d), nn.LayerNorm(d)
+        # a learned "nothing here" key/value beside the visual tokens: softmax attention over the
+        # visual tokens alone cannot say that nothing matches (its weights always sum to 1)
+        self.null = nn.Parameter(torch.randn(1, 1, d))
 
     def forward(self, video, text, visual_weight=None, continuation=None, tower=None):
         """-> (logits at ``<ans>`` (B, vocab), hidden (B, L - 1 + T*P + 1, d) laid out as the
         causal toy's: [question words][visual tokens][<ans>])."""
         if continuation is not None:
             raise ValueError("the reader has no captioning head")
-        vis = self.vision_tower(video) if tower is None else self.project(tower)
-        if visual_weight is not None:
+        vis = self.ln_vis_in(self.vision_tower(video) if tower is None else self.project(tower))
+        if visual_weight is not None:   # after the norm: the positive pathway's weight is kept
             vis = vis * visual_weight.view(vis.shape[0], vis.shape[1], vis.shape[2], 1)
         vis = (vis + self.frame_pos + self.patch_pos).flatten(1, 2)
         pad = text == 0
-        x = self.tok_emb(text) + self.text_pos[-text.shape[1]:]
+        x = self.ln_txt_in(self.tok_emb(text) + self.text_pos[-text.shape[1]:])
         for block in self.enc:
             x = block(x, x, pad)
         for vr, tr, tm in zip(self.vis_read, self.txt_read, self.txt_mix):
             vis = vr(vis, x, pad)
-            x = tr(x, vis)
+            x = tr(x, torch.cat([self.null.expand(len(vis), -1, -1), vis], 1))
             x = tm(x, x, pad)
         h = self.ln_out(torch.cat([x[:, :-1], self.ln_vis(vis), x[:, -1:]], dim=1))
         return self.head(h[:, -1]), h
@@ -85,6 +94,7 @@ def packed_forward(model: ToyVLLM, text: torch.Tensor, tower=None, video=None,
 
 class PackedVLLM(ToyVLLM):
     """The causal toy whose forward is ``packed_forward`` (v9 option ``backbone.lm`` "packed")."""
+    pad_free = True
 
     def forward(self, video, text, visual_weight=None, continuation=None, tower=None):
         if continuation is not None:

@@ -63,3 +63,65 @@ def test_packed_forward_equals_the_unpadded_causal_toy():
         sub = PackedVLLM(len(build_vocab()), **KW).eval()
         sub.load_state_dict(model.state_dict())
         torch.testing.assert_close(sub(None, _texts(MAX_TEXT), tower=tower)[0], packed)
+
+
+def test_backbone_lm_option_builds_each_language_side_and_defaults_to_the_causal_toy():
+    import pytest
+
+    from components.tricd.backbone import make_backbone
+    from components.tricd.backbones import ToyBackbone
+    from components.tricd.config import TricdConfig
+
+    cfg = TricdConfig.for_profile("small")
+    assert cfg.backbone.lm == "causal" and cfg.backbone.pretrain_qa_per_task == 0   # v5 behaviour
+    assert type(make_backbone(cfg.bench, cfg.backbone)) is ToyVLLM
+    index = {w: i for i, w in enumerate(build_vocab())}
+    enc = torch.tensor([encode(q, index, MAX_TEXT) for q in QS])
+    videos = torch.randint(0, 256, (3, 8, 32, 32, 3)).float()
+    for lm, cls in (("reader", ReaderVLLM), ("packed", PackedVLLM)):
+        c = TricdConfig.for_profile("small", overrides={"backbone": {"lm": lm, "d_model": 16, "n_heads": 2}})
+        model = make_backbone(c.bench, c.backbone).eval()
+        assert type(model) is cls
+        q, h, pad = ToyBackbone(model).forward(videos, enc, hidden=True)   # the router's input
+        assert q.shape == (3, 5) and h.shape[:2] == pad.shape == (3, MAX_TEXT - 1 + model.n_visual + 1)
+        q1 = ToyBackbone(model).forward(videos[:1], enc[:1, -(len(QS[0].split()) + 1):])[0]
+        torch.testing.assert_close(q1, q[:1], atol=1e-5, rtol=1e-5)       # no dependence on padding
+    with pytest.raises(ValueError):
+        c = TricdConfig.for_profile("small", overrides={"backbone": {"lm": "rnn"}})
+        make_backbone(c.bench, c.backbone)
+
+
+def test_more_pretrain_qa_draws_fresh_items_from_the_programs_with_the_split_bias():
+    import types
+
+    from components.tricd import benchmark as B
+    from components.tricd.backbone import more_pretrain_qa
+    from components.tricd.config import TricdConfig
+
+    bench = TricdConfig.for_profile("small").bench
+    rng = np.random.default_rng(0)
+    programs = [V.sample_scene(rng, 8, 24) for _ in range(60)]
+    data = types.SimpleNamespace()
+    more_pretrain_qa(data, programs, 50, 10, bench, 7)
+    assert set(data.qa.task) == set(B.TASKS) and int(data.video_idx.max()) < 50
+    assert len(data.qa) > 0.9 * 50 * 4 * 10 and len(data.text) == len(data.target) == len(data.qa)
+    index = {w: i for i, w in enumerate(build_vocab())}
+    assert data.target.tolist() == [index[a] for a in data.qa.answer]
+    for it in data.qa.to_dict("records"):   # every answer re-derived from its program
+        assert B.check_answer(programs[it["video"]], it) == it["answer"]
+    yn = data.qa[data.qa.task.str.endswith("yn")]
+    biased = yn.types.apply(lambda t: any(x in bench.biased_types for x in t))
+    assert yn[biased].answer.eq("yes").mean() > 0.75                      # the disclosed prior is kept
+
+
+def test_trimmed_training_batches_give_the_same_loss_for_pad_free_language_sides():
+    from components.tricd.backbone import frozen_tower_loss
+
+    tower = _tower(len(QS))
+    target = torch.tensor([2, 3, 4])
+    batch = (torch.arange(3), _texts(MAX_TEXT), target)
+    for cls in (ReaderVLLM, PackedVLLM):
+        torch.manual_seed(0)
+        model = cls(len(build_vocab()), **KW).eval()
+        wide = torch.nn.functional.cross_entropy(model(None, _texts(MAX_TEXT), tower=tower)[0], target)
+        torch.testing.assert_close(frozen_tower_loss(model, batch, tower), wide, atol=1e-5, rtol=1e-5)
