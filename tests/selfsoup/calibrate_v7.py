@@ -61,7 +61,7 @@ def alias_cached(cache: Path, name: str, key: str) -> None:
             target.symlink_to(found[0].resolve())
 
 
-def calibrate_seed(cfg, root: Path, seed: int, pool: dict, orders: int) -> dict:
+def calibrate_seed(cfg, root: Path, seed: int, pool: dict, orders: int, by_order: bool = False) -> dict:
     t0 = time.time()
     splits, stock_dir = v5.stock_and_splits(cfg, root, seed)
     cfg = cfg.model_copy(deep=True)
@@ -103,7 +103,11 @@ def calibrate_seed(cfg, root: Path, seed: int, pool: dict, orders: int) -> dict:
         "ssl_move": {n: round(weight_distance({f"encoder.{k}": t for k, t in states[n].items()},
                                               {f"encoder.{k}": t for k, t in states["stock"].items()}) / scale, 4)
                      for n in names},
-        "others": others, "seconds": round(time.time() - t0, 1)}
+        "others": others, "seconds": round(time.time() - t0, 1),
+        # diagnostic (after the v7 decision): the same premises from each batch order's fine-tunes
+        "barrier_mean_by_order": [round(float(np.mean([midpoint_barrier(net, fts[(a, o)], fts[(b, o)], v["x"], v["y"])
+                                                        for a, b in pairs])), 4) for o in range(orders)]
+        if by_order else None}
 
 
 def _pair(d: dict, a: str, b: str):
@@ -148,6 +152,7 @@ def main() -> None:
     parser.add_argument("--pool", nargs="+", default=list(POOL), help="MAE variants of POOL to inter-train and fine-tune")
     parser.add_argument("--root", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True, nargs="+", help="JSON lines: one row per seed")
+    parser.add_argument("--by-order", action="store_true", help="also the mean barrier of the pool's set per order")
     parser.add_argument("--show", action="store_true", help="judge the sets from --out rows, --seeds in triples")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -158,10 +163,10 @@ def main() -> None:
     with args.out[0].open("a") as f:
         for seed in args.seeds:
             cfg = SelfsoupConfig.for_profile("small", {"seeds": [seed]})
-            row = calibrate_seed(cfg, args.root, seed, pool, args.orders)
+            row = calibrate_seed(cfg, args.root, seed, pool, args.orders, args.by_order)
             f.write(json.dumps(row) + "\n")
             f.flush()
-            print(json.dumps({k: row[k] for k in ("seed", "seconds", "ft_seconds_per_order", "val")}), flush=True)
+            print(json.dumps({k: row[k] for k in ("seed", "seconds", "ft_seconds_per_order", "val", "barrier_mean_by_order")}), flush=True)
 
 
 def control_barrier(root: Path, seeds: list[int]) -> float:
