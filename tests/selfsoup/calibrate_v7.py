@@ -29,8 +29,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from components.common.io import load_torch
+from components.common.io import load_torch, save_torch
 from components.selfsoup.config import Recipe, SelfsoupConfig
+from components.selfsoup.evaluate import cross_init_barriers
 from components.selfsoup.soup import classifier, encoder_part, midpoint_barrier, start_state, weight_distance, weight_norm
 from tests.selfsoup import calibrate_v5 as v5
 from tests.selfsoup import calibrate_v6  # noqa: F401  (installs v6's cache key into v5: v6 caches are reused)
@@ -82,8 +83,8 @@ def calibrate_seed(cfg, root: Path, seed: int, pool: dict, orders: int, by_order
         for o in range(orders):
             fts[(n, o)], val[(n, o)] = v5.ft(cfg, splits, s, heads[n], lr, epochs, order_seed(seed, o))
     ft_seconds_per_order = (time.time() - t1) / orders
-    (root / "ft" / str(seed)).mkdir(parents=True, exist_ok=True)  # for P3 (cross-seed control barrier)
-    torch.save(fts[("stock", 0)], root / "ft" / str(seed) / "stock.pt")
+    # for P3: the fine_tune stage's layout (<seed>/stock/model.pt), read by evaluate.cross_init_barriers
+    save_torch(root / "ft" / str(seed) / "stock" / "model.pt", fts[("stock", 0)])
     scale = weight_norm(start_state(stock_dir))
     v = splits["val"]
     net = classifier(cfg, v["x"].shape[-1], fts[("stock", 0)])
@@ -170,15 +171,12 @@ def main() -> None:
 
 
 def control_barrier(root: Path, seeds: list[int]) -> float:
-    """P3 as ``evaluate.cross_init_barriers``: stock -> FT (order 0) of seeds paired in a ring, on val."""
+    """P3 as the report stage measures it (``evaluate.cross_init_barriers``), from order 0's stock -> FT."""
     from components.selfsoup.data import load_splits
 
-    states = {s: torch.load(root / "ft" / str(s) / "stock.pt") for s in seeds}
     val = load_splits(root / "stock" / str(seeds[0]) / "prepare_data" / "out")["val"]
-    cfg = SelfsoupConfig.for_profile("small")
-    net = classifier(cfg, val["x"].shape[-1], states[seeds[0]])
-    ring = list(zip(seeds, seeds[1:] + seeds[:1]))
-    return float(np.mean([midpoint_barrier(net, states[a], states[b], val["x"], val["y"]) for a, b in ring]))
+    fine_tune = {str(s): root / "ft" / str(s) for s in seeds}
+    return float(np.mean(cross_init_barriers(SelfsoupConfig.for_profile("small"), fine_tune, seeds, val)))
 
 
 def show(paths: list[str], triples: list[list[int]], root: Path) -> None:
