@@ -23,12 +23,13 @@ def make_backbone(bench, backbone) -> ToyVLLM:
         cls = PackedVLLM
     elif backbone.lm != "causal":
         raise ValueError(f"backbone.lm must be causal, packed or reader, not {backbone.lm!r}")
-    return cls(len(build_vocab()), bench.frames, bench.size, backbone.patch, backbone.d_model,
+    return cls(len(build_vocab(backbone.compound)), bench.frames, bench.size, backbone.patch, backbone.d_model,
                    backbone.n_layers, backbone.n_heads, MAX_TEXT, merge=backbone.merge,
                    align=backbone.align, tpatch=backbone.tpatch, video_first=backbone.video_first,
                    context=backbone.context, camera=backbone.ground_camera,
                    pixel_colour=backbone.pixel_colour, pos_weight=backbone.ground_pos_weight,
-                   token_weight=backbone.ground_token_weight, feat_scale=backbone.feat_scale, **extra)
+                   token_weight=backbone.ground_token_weight, feat_scale=backbone.feat_scale,
+                   compound=backbone.compound, **extra)
 
 
 def load_backbone(path, bench, backbone) -> ToyVLLM:
@@ -86,7 +87,8 @@ def pretrain_tower(model, videos, labels, scenes, n_videos: int, bb, rng, ctx):
     return torch.cat([f for f, _ in states]), torch.cat([g for _, g in states])
 
 
-def more_pretrain_qa(data, programs, n_videos: int, qa_per_task: int, bench, seed: int) -> None:
+def more_pretrain_qa(data, programs, n_videos: int, qa_per_task: int, bench, seed: int,
+                     compound: bool = False) -> None:
     """v9 (``backbone.pretrain_qa_per_task`` > 0): replace the pretrain split's QA of the first
     ``n_videos`` videos by ``qa_per_task`` fresh items per task and video, drawn from the same
     scene programs with the split's own bias (the stage's ~2,200 items a type were memorised,
@@ -105,9 +107,9 @@ def more_pretrain_qa(data, programs, n_videos: int, qa_per_task: int, bench, see
                 if it is not None:
                     it.update(video=v, compositional=task.startswith("c_"))
                     items.append(it)
-    index = {w: i for i, w in enumerate(build_vocab())}
+    index = {w: i for i, w in enumerate(build_vocab(compound))}
     data.qa = pd.DataFrame(items)
-    data.text = torch.tensor([encode(q, index, MAX_TEXT) for q in data.qa.question], dtype=torch.long)
+    data.text = torch.tensor([encode(q, index, MAX_TEXT, compound) for q in data.qa.question], dtype=torch.long)
     data.target = torch.tensor([index[a] for a in data.qa.answer], dtype=torch.long)
     data.video_idx = torch.tensor(data.qa.video.to_numpy(), dtype=torch.long)
 
@@ -137,7 +139,7 @@ def train_backbone_stage(cfg, ctx) -> None:
     # criteria vary the TriCD policy (router/gater init, REINFORCE sampling), as in the paper.
     rng = seed_everything(cfg.backbone.seed)
     bench_dir = ctx.inputs["build_benchmark"]
-    data = load_split(bench_dir, "pretrain")
+    data = load_split(bench_dir, "pretrain", compound=cfg.backbone.compound)
     cut = heldout_start(len(data.videos))
     model = make_backbone(cfg.bench, cfg.backbone)
     bb = cfg.backbone
@@ -146,9 +148,10 @@ def train_backbone_stage(cfg, ctx) -> None:
     # video, on the same pretrain videos; QA answers alone learn little beyond the prior here
     programs = read_json(f"{bench_dir}/pretrain_programs.json")
     if bb.pretrain_qa_per_task:   # v9: many more QA items from the same (training) programs
-        more_pretrain_qa(data, programs, cut, bb.pretrain_qa_per_task, cfg.bench, cfg.backbone.seed + 1000)
+        more_pretrain_qa(data, programs, cut, bb.pretrain_qa_per_task, cfg.bench, cfg.backbone.seed + 1000,
+                         bb.compound)
     rows = np.flatnonzero(data.video_idx.numpy() < cut)
-    index = {w: i for i, w in enumerate(build_vocab())}
+    index = {w: i for i, w in enumerate(build_vocab(bb.compound))}
     captions = torch.tensor([encode_caption(caption(p), index) for p in programs[:cut]])
     prompt = torch.tensor([encode(CAPTION_PROMPT, index, len(CAPTION_PROMPT.split()) + 1)])
     # grounding targets of the vision tower (as a VLLM's vision encoder is pretrained first)
@@ -184,7 +187,7 @@ def train_backbone_stage(cfg, ctx) -> None:
             return frozen_tower_loss(m, batch, tower)
         return pretraining_loss(m, batch, prompt, bb.grounding_weight, bb.caption_weight)
 
-    val = load_split(bench_dir, "val")
+    val = load_split(bench_dir, "val", compound=bb.compound)
 
     def eval_fn(m):
         q = run_pass(m, val.videos, val.text, video_idx=val.video_idx)

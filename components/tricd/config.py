@@ -70,6 +70,8 @@ class Backbone(Section):
     hops: int = 2                      # v9 reader: co-attention rounds (visual <-> question)
     pretrain_qa_per_task: int = 0      # v9: > 0: the QA phase draws this many fresh items per task and
                                        # pretrain video from the scene programs (same bias); 0 = the split's own
+    compound: bool = False             # v10: the toy tokenizer merges "<colour> <shape>" into one id and the
+                                       # projector adds that id's embedding per grounded pair (false = v1-v9)
     seed: int = 3                      # one frozen backbone (v5: fresh; v4 2; v3 1); criteria seeds vary the policy
 
 

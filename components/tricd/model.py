@@ -24,7 +24,14 @@ ANSWER_WORDS = {"yn": ("yes", "no"), "mc": ("A", "B", "C")}
 MOTION_WORD = {m: B.MOTION_WORDS[m].split()[-1] for m in V.MOTIONS}   # still/left/right/up/down
 
 
-def build_vocab() -> list[str]:
+# v10 (issue 39) compound object words: the toy tokenizer merges each adjacent "<colour> <shape>"
+# into ONE vocabulary id (like a BPE merge, "red cube" -> "red_cube"); the aligned projector adds
+# the embedding of the same id for the colour-shape pair a visual token holds. Appended after the
+# v1-v9 vocabulary, so every earlier id is unchanged; off by default (``backbone.compound``).
+COMPOUNDS = tuple(f"{c}_{s}" for c, s in V.PAIRS)
+
+
+def build_vocab(compound: bool = False) -> list[str]:
     words: set[str] = set()
     texts = ["is it true that ? and which is true ? there is a the scene is camera before",
              B.NONE_OPTION, B.ALL_OPTION, " ".join(B.RELATIONS), " ".join(B.MOTION_WORDS.values()),
@@ -32,12 +39,32 @@ def build_vocab() -> list[str]:
              " ".join(V.SCENES), "appears disappears yes no A B C", CAPTION_PROMPT, ".", *TOOL_TEXT.values()]
     for text in texts:
         words.update(text.split())
-    return [PAD, ANS] + sorted(words)
+    return [PAD, ANS] + sorted(words) + (list(COMPOUNDS) if compound else [])
 
 
-def encode(text: str, vocab_index: dict[str, int], max_text: int) -> list[int]:
-    """Word ids + <ans>, left-padded to max_text (the answer slot is always the last one)."""
-    ids = [vocab_index[w] for w in text.split()] + [vocab_index[ANS]]
+def tokenize(text: str, compound: bool = False) -> list[str]:
+    """Whitespace words; with ``compound`` every adjacent "<colour> <shape>" is merged into one
+    token "<colour>_<shape>" (left to right, as a BPE merge rule applies)."""
+    words, out, i = text.split(), [], 0
+    while i < len(words):
+        if compound and i + 1 < len(words) and words[i] in V.COLORS and words[i + 1] in V.SHAPES:
+            out.append(f"{words[i]}_{words[i + 1]}")
+            i += 2
+        else:
+            out.append(words[i])
+            i += 1
+    return out
+
+
+def detokenize(tokens: list[str]) -> str:
+    """Inverse of ``tokenize``: compound tokens are split back into their two words."""
+    return " ".join(t.replace("_", " ") if t in COMPOUNDS else t for t in tokens)
+
+
+def encode(text: str, vocab_index: dict[str, int], max_text: int, compound: bool = False) -> list[int]:
+    """Word ids + <ans>, left-padded to max_text (the answer slot is always the last one).
+    ``compound`` (v10): adjacent colour + shape words become one compound id (``tokenize``)."""
+    ids = [vocab_index[w] for w in tokenize(text, compound)] + [vocab_index[ANS]]
     if len(ids) > max_text:
         raise ValueError(f"question of {len(ids)} tokens exceeds max_text={max_text}")
     return [vocab_index[PAD]] * (max_text - len(ids)) + ids
@@ -53,7 +80,7 @@ class ToyVLLM(nn.Module):
                  n_layers: int, n_heads: int, max_text: int, merge: int = 1, align: bool = False,
                  tpatch: int = 1, video_first: bool = False, context: int = 0, camera: bool = False,
                  pixel_colour: bool = False, pos_weight: float = 1.0, token_weight: float = 1.0,
-                 feat_scale: float = -1.0):
+                 feat_scale: float = -1.0, compound: bool = False):
         super().__init__()
         if size % (patch * merge) or frames % tpatch:
             raise ValueError(f"frame size {size} must be a multiple of patch*merge {patch * merge} "
@@ -99,7 +126,15 @@ class ToyVLLM(nn.Module):
         self.ground_head = nn.Linear(d_model, len(V.PAIRS) + len(V.MOTIONS) + len(V.SCENES)
                                      + (len(V.CAMERAS) if camera else 0))
         self.align = align
-        index = {w: i for i, w in enumerate(build_vocab())}
+        # v10: the vocabulary holds the compound colour-shape ids, and the projector adds the
+        # compound id's embedding for each grounded pair (beside its colour and shape words)
+        self.compound = compound
+        index = {w: i for i, w in enumerate(build_vocab(compound))}
+        if compound and vocab_size != len(index):
+            raise ValueError(f"vocab_size {vocab_size} != {len(index)} words (compound={compound})")
+        if compound:
+            self.register_buffer("pair_compound", torch.tensor([index[f"{c}_{s}"] for c, s in V.PAIRS]),
+                                 persistent=False)
         self.register_buffer("pair_words", torch.tensor([[index[c], index[s]] for c, s in V.PAIRS]),
                              persistent=False)
         self.register_buffer("scene_words", torch.tensor([index[s] for s in V.SCENES]), persistent=False)
@@ -185,7 +220,10 @@ class ToyVLLM(nn.Module):
         if not self.align:
             return feats
         pairs, motion, scene = split_grounding(grounding)
-        words = torch.sigmoid(pairs) @ self.tok_emb(self.pair_words).sum(1) \
+        pair_emb = self.tok_emb(self.pair_words).sum(1)
+        if self.compound:
+            pair_emb = pair_emb + self.tok_emb(self.pair_compound)
+        words = torch.sigmoid(pairs) @ pair_emb \
             + torch.sigmoid(motion) @ self.tok_emb(self.motion_words) \
             + torch.softmax(scene, -1) @ self.tok_emb(self.scene_words)
         if self.camera:   # one camera reading per video, added to every visual token

@@ -6,6 +6,8 @@ scored on the dev val split. Isolates "can the LM read visual tokens" from the v
     python -m components.tricd.probe_lm BUILD_DIR LABEL '{"d_model": 64, ...}'
 v9: ``lm`` "reader" (``reader.ReaderVLLM``; ``n_enc``, ``hops``) or "packed" (the causal toy with
 its pads after ``<ans>``, ``reader.packed_forward``); default the stage's causal toy.
+v10: ``compound`` true: compound colour-shape ids in the questions and on the visual tokens
+(``model.tokenize``; CLAIMS "Calibration v10").
 Keys: d_model, n_layers, n_heads, steps, lr, yn_first, tasks (list of tasks trained on),
 types (list of types trained on), batch, eval_every.
 """
@@ -77,7 +79,8 @@ def main(build: Path, label: str, over: dict) -> None:
     o.update(over)
     rng = seed_everything(o["seed"])
     t0 = time.time()
-    pre, val = load_split(build, "pretrain"), load_split(build, "val")
+    cp = bool(o.get("compound"))
+    pre, val = load_split(build, "pretrain", compound=cp), load_split(build, "val", compound=cp)
     cls, extra = ToyVLLM, {}
     if o.get("lm") == "reader":   # v9: bidirectional question encoder + co-attention hops
         from components.tricd.reader import ReaderVLLM
@@ -85,8 +88,8 @@ def main(build: Path, label: str, over: dict) -> None:
     elif o.get("lm") == "packed":  # v9: causal toy, pads after <ans>
         from components.tricd.reader import PackedVLLM
         cls = PackedVLLM
-    model = cls(len(build_vocab()), 8, 32, 4, o["d_model"], o["n_layers"], o["n_heads"], MAX_TEXT,
-                merge=4, align=True, tpatch=2, camera=True, feat_scale=0.0, **extra)
+    model = cls(len(build_vocab(cp)), 8, 32, 4, o["d_model"], o["n_layers"], o["n_heads"], MAX_TEXT,
+                merge=4, align=True, tpatch=2, camera=True, feat_scale=0.0, compound=cp, **extra)
     for p in [*model.patch_embed.parameters(), *model.ground_head.parameters(), *model.merger.parameters()]:
         p.requires_grad_(False)
     tp = oracle_states(read_json(f"{build}/pretrain_programs.json"), 32, model.token_px, model.tpatch, o["d_model"])
@@ -110,8 +113,8 @@ def main(build: Path, label: str, over: dict) -> None:
                         it.update(video=v, compositional=task.startswith("c_"))
                         items.append(it)
         data.qa = pd.DataFrame(items)
-        index = {w: i for i, w in enumerate(build_vocab())}
-        data.text = torch.tensor([encode(q, index, MAX_TEXT) for q in data.qa.question], dtype=torch.long)
+        index = {w: i for i, w in enumerate(build_vocab(cp))}
+        data.text = torch.tensor([encode(q, index, MAX_TEXT, cp) for q in data.qa.question], dtype=torch.long)
         data.target = torch.tensor([index[a] for a in data.qa.answer], dtype=torch.long)
         data.video_idx = torch.tensor(data.qa.video.to_numpy(), dtype=torch.long)
         print(label, split, "qa", len(items), round(time.time() - t0), flush=True)
@@ -156,7 +159,7 @@ def main(build: Path, label: str, over: dict) -> None:
         text = trim(text)
         return answer_loss(m(None, text, tower=(tp[0][v], tp[1][v]))[0], target)
 
-    answer_ids = torch.tensor([{w: i for i, w in enumerate(build_vocab())}[w] for w in ("yes", "no", "A", "B", "C")])
+    answer_ids = torch.tensor([{w: i for i, w in enumerate(build_vocab(cp))}[w] for w in ("yes", "no", "A", "B", "C")])
 
     def evaluate(m):
         with torch.no_grad():
