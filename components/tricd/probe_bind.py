@@ -140,7 +140,7 @@ def main(out: Path, label: str, over: dict, oracle: bool, tower_only: bool = Fal
     t_train = time.time() - t0
     (d / "history.json").write_text(json.dumps(ctx.history))
     model = made["model"].eval()
-    val = load_split(build, "val")
+    val = load_split(build, "val", compound=cfg.backbone.compound)   # v10: the backbone's own tokenizer
     pred = predict(run_pass(model, val.videos, val.text, video_idx=val.video_idx).numpy(), val.tasks)
     s = score(val.qa, pred)
     qa, truth = val.qa, val.qa.answer.to_numpy()
