@@ -140,6 +140,10 @@ class FineTune(Section):
     # where each ingredient started: noise 0.069)
     lrs: list[float] = [1e-3]
     epochs: int = 15
+    # v7: every model (stock and ingredients alike) is fine-tuned under this many batch orders;
+    # the lr choice and premise P4 use the mean val accuracy over them (one order moves val by up
+    # to +-5 points on 500 images), soups and evaluation keep order 0's model. 1 = v5
+    orders: int = 1
     # LP-FT: head = logistic-regression probe of the model's own frozen features (inverse L2
     # strength probe_c, as stock.probe_c), then the full fine-tune; False (paper): the stock's probe
     probe: bool = True
@@ -234,6 +238,8 @@ class SelfsoupConfig(MethodConfig):
         unknown = [m for m in self.finetune.models if m not in allowed]
         if unknown:
             raise ValueError(f"finetune.models {unknown} are not stock, selfsoup_* or an inter_train ingredient")
+        if self.finetune.orders < 1:
+            raise ValueError(f"finetune.orders = {self.finetune.orders} must be >= 1 (1 = one batch order, v5)")
         if self.finetune.probe and self.finetune.probe_c != self.stock.probe_c:
             # under LP-FT the stock's own probe *is* its head_init (stock.probe_c), reused by fine_tune
             raise ValueError(f"finetune.probe_c = {self.finetune.probe_c} must equal stock.probe_c = "

@@ -67,11 +67,18 @@ def cross_init_barriers(cfg, fine_tune_inputs: dict, seeds: list[int], val, arch
 def premises(cfg, ctx, seeds: list[int], ingredients: list[str]) -> dict:
     """The setting's premises, from weights and validation data only (no test number enters)."""
     soups = [read_json(ctx.inputs["soup"][str(s)] / "soup.json") for s in seeds]
-    val_acc = {m: [100 * read_json(member_dir(ctx.inputs["fine_tune"], s, m) / "val.json")["val_acc"] for s in seeds]
-               for m in ["stock", *ingredients]}
+    vals = {m: [read_json(member_dir(ctx.inputs["fine_tune"], s, m) / "val.json") for s in seeds]
+            for m in ["stock", *ingredients]}
+    # P4 (v7, finetune.orders > 1): the k-order mean val accuracy of every model, the stock's alike;
+    # with one order (v5) val_acc, the kept fine-tune's
+    val_acc = {m: [100 * v.get("val_acc_mean", v["val_acc"]) for v in vs] for m, vs in vals.items()}
     over_stock = {m: paired_difference(val_acc[m], val_acc["stock"]) for m in ingredients}
     out = {"ingredient_minus_stock_val": over_stock,
            "ingredient_minus_stock_val_min": min(d["mean"] for d in over_stock.values())}
+    if any("val_acc_mean" in v for vs in vals.values() for v in vs):  # the single kept fine-tune, for comparison
+        first = {m: [100 * v["val_acc"] for v in vs] for m, vs in vals.items()}
+        out["ingredient_minus_stock_val_order0_min"] = min(paired_difference(first[m], first["stock"])["mean"]
+                                                           for m in ingredients)
     if len(ingredients) > 1:
         barriers = [v for s in soups for v in s["barriers"].values()]
         distances = [v for s in soups for v in s["distances"].values()]
