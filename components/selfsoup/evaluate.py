@@ -82,7 +82,10 @@ def premises(cfg, ctx, seeds: list[int], ingredients: list[str]) -> dict:
     if len(ingredients) > 1:
         barriers = [v for s in soups for v in s["barriers"].values()]
         distances = [v for s in soups for v in s["distances"].values()]
-        out |= {"barrier_mean": float(np.mean(barriers)), "barrier_max": float(np.max(barriers)),
+        # P2 (v9): the encoder barrier (own refitted probes); absent from soups measured before v9
+        enc_barriers = [v for s in soups for v in s.get("encoder_barriers", {}).values()] or [np.nan]
+        out |= {"encoder_barrier_mean": float(np.mean(enc_barriers)), "encoder_barrier_max": float(np.max(enc_barriers)),
+                "barrier_mean": float(np.mean(barriers)), "barrier_max": float(np.max(barriers)),
                 "distance_min": float(np.min(distances)), "distance_mean": float(np.mean(distances)),
                 # encoder-only distances (v5; absent from soups measured before it)
                 "encoder_distance_min": float(np.min([v for s in soups for v in s.get("encoder_distances", {}).values()]

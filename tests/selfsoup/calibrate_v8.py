@@ -36,8 +36,8 @@ from components.common.io import load_torch, save_torch
 from components.common.soups import interpolate
 from components.selfsoup.config import Recipe, SelfsoupConfig
 from components.selfsoup.finetune import own_probe_head
-from components.selfsoup.soup import (classifier, encoder_part, evaluate_state, midpoint_barrier, start_state,
-                                      weight_distance, weight_norm)
+from components.selfsoup.soup import (classifier, encoder_barrier, encoder_part, evaluate_state, midpoint_barrier,
+                                      refit_nll, start_state, weight_distance, weight_norm)
 from tests.selfsoup import calibrate_v5 as v5
 from tests.selfsoup import calibrate_v7 as v7
 
@@ -68,21 +68,22 @@ def decompose(cfg, net, train, val, a: dict, b: dict, refit_nll) -> dict:
     out = {"full": midpoint_barrier(net, a, b, x, y),
            "head_a": nll(emid | ha) - ends, "head_b": nll(emid | hb) - ends,
            "enc_a": nll(ea | hmid) - ends, "enc_b": nll(eb | hmid) - ends}
-    # feature barrier: every encoder (ends and midpoint) gets its own refitted probe
-    out["refit"] = refit_nll(emid) - (refit_nll(ea) + refit_nll(eb)) / 2
+    # feature barrier: every encoder (ends and midpoint) gets its own refitted probe; the
+    # pipeline's P2 since v9 (soup.encoder_barrier)
+    out["refit"] = encoder_barrier(cfg, net, a, b, train, val, nll=refit_nll)
     return out
 
 
 def make_refit(cfg, net, train, val):
+    """soup.refit_nll of a classifier state, cached per state object (endpoints recur across pairs)."""
     cache = {}
 
-    def refit_nll(enc: dict) -> float:
-        key = id(enc)
+    def nll(state: dict) -> float:
+        key = id(state)
         if key not in cache:
-            head = own_probe_head(cfg, train, bare(enc))
-            cache[key] = (enc, evaluate_state(net, as_classifier(bare(enc), head), val["x"], val["y"])["nll"])
+            cache[key] = (state, refit_nll(cfg, net, state, train, val))
         return cache[key][1]
-    return refit_nll
+    return nll
 
 
 def heads_for(cfg, fix: dict, states: dict, stock_head: dict, train: dict) -> dict:

@@ -31,7 +31,7 @@ def test_order_zero_is_the_seed_and_orders_differ():
 
 def test_one_order_is_v5_and_order_zero_is_kept_under_k(tmp_path):
     inputs, splits = _chain(tmp_path)
-    one = SelfsoupConfig.for_profile("smoke", TINY)
+    one = SelfsoupConfig.for_profile("smoke", TINY | {"finetune": {"epochs": 1, "orders": 1}})
     three = SelfsoupConfig.for_profile("smoke", TINY | {"finetune": {"epochs": 1, "orders": 3}})
     s1 = fine_tune_model(one, "mae_lr1", 0, inputs, splits, tmp_path / "k1")
     s3 = fine_tune_model(three, "mae_lr1", 0, inputs, splits, tmp_path / "k3")

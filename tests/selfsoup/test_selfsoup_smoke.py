@@ -31,7 +31,7 @@ def test_selfsoup_smoke_end_to_end(tmp_path):
     metrics = result.metrics("selfsoup", "report")
     assert all(isinstance(metrics[f"pass_{c}"], bool) for c in "abcd")
     # (the different-init control barrier needs two seeds; smoke has one)
-    for key in ("premise_distance_min", "premise_barrier_mean", "premise_ingredient_minus_stock_val_min",
+    for key in ("premise_distance_min", "premise_barrier_mean", "premise_encoder_barrier_mean", "premise_ingredient_minus_stock_val_min",
                 "acc_elastic_selfsoup_shift", "shift_minus_selfsoup_clean_shift_sets"):
         assert math.isfinite(metrics[key]), key
 
