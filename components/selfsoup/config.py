@@ -180,7 +180,7 @@ class Criteria(Section):
 
 
 class SelfsoupConfig(MethodConfig):
-    seeds: list[int] = [12, 13, 14]  # fresh for v9 (0-2: v2, 3-5: v3, 6-8: v4, 9-11: v5; 100-108: dev seeds)
+    seeds: list[int] = [15, 16, 17]  # fresh for v10 (0-2: v2, 3-5: v3, 6-8: v4, 9-11: v5, 12-14: v9; 100-108: dev seeds)
     data: Data = Data()
     model: Model = Model()
     stock: Stock = Stock()

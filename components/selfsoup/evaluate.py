@@ -7,17 +7,19 @@ import numpy as np
 from components.common.io import load_torch, read_json, read_table, write_json_atomic, write_table
 from components.common.metrics import paired_difference, summarize
 from components.selfsoup.data import corrupted_set, load_corrupted, load_splits, member_dir
-from components.selfsoup.soup import classifier, evaluate_model, midpoint_barrier
+from components.selfsoup.soup import classifier, evaluate_model, evaluate_state, midpoint_barrier, refit_head
 from components.selfsoup.ssl import start, stock_arch
 
 SOUPS = ("uniform_soup", "greedy_soup")
+REFIT = "_refit"  # v10: model rows "<ingredient>_refit", the ingredient with its head refitted like the soups'
 
 
 def evaluate_stage(cfg, ctx) -> None:
     seed = ctx.item["seed"]
     start(seed)
     data_dir = ctx.inputs["prepare_data"]
-    test = load_splits(data_dir)["test"]
+    splits = load_splits(data_dir)
+    test = splits["test"]
     corrupted = load_corrupted(data_dir)
     models = {m: member_dir(ctx.inputs["fine_tune"], seed, m) / "model.pt" for m in cfg.finetune.models}
     models |= {s: ctx.inputs["soup"][str(seed)] / f"{s}.pt" for s in SOUPS}
@@ -35,6 +37,13 @@ def evaluate_stage(cfg, ctx) -> None:
             rows.append({"seed": seed, "model": model, "set": set_name,
                          "corruption": corruption or "clean", "severity": int(severity) if corruption else 0,
                          "in_shift": set_name in shift, "acc": r["acc"], "nll": r["nll"]})
+    # v10: every fine-tuned ingredient also with its head refitted on its own frozen train features,
+    # the same rule as the soups' (soup.refit_head), so the a-claims compare like with like (clean test)
+    for model in cfg.inter_train.ingredients:
+        state = refit_head(cfg, splits["train"], load_torch(models[model]), arch)
+        r = evaluate_state(net, state, test["x"], test["y"])
+        rows.append({"seed": seed, "model": model + REFIT, "set": "clean", "corruption": "clean", "severity": 0,
+                     "in_shift": False, "acc": r["acc"], "nll": r["nll"]})
     write_table(ctx.out_dir / "metrics.parquet", {k: [r[k] for r in rows] for k in rows[0]})
     ctx.write_metrics({f"{m}_test_acc": r["acc"] for r in rows if r["set"] == "clean" for m in [r["model"]]})
 
@@ -98,9 +107,12 @@ def premises(cfg, ctx, seeds: list[int], ingredients: list[str]) -> dict:
     return out
 
 
-def cross_algorithm_soup(acc: dict, ingredients: list[str]) -> dict:
-    """(a) and (b): the uniform soup against the mean and the best (per seed, on test) ingredient."""
-    ing = np.array([acc[m] for m in ingredients])            # (n_ingredients, n_seeds), points
+def cross_algorithm_soup(acc: dict, ingredients: list[str], suffix: str = REFIT) -> dict:
+    """(a), (b) and r2: the uniform (greedy) soup against the mean and the best (per seed, on test)
+    ingredient. v10: the ingredients are read from their "<ingredient>_refit" rows (head refitted
+    on their own frozen train features, as the soups' heads are); ``suffix=""`` gives v9's
+    comparison against the ingredients' own fine-tuned heads."""
+    ing = np.array([acc[m + suffix] for m in ingredients])   # (n_ingredients, n_seeds), points
     soup = np.array(acc["uniform_soup"])
     return {"soup_minus_mean_ingredient": paired_difference(soup, ing.mean(0)),
             "soup_minus_best_ingredient": paired_difference(soup, ing.max(0)),
@@ -158,6 +170,9 @@ def flat_metrics(results: dict, crit) -> dict:
          "greedy_minus_best_ingredient": a["greedy_minus_best_ingredient"]["mean"],
          "soup_over_best_ratio": a["soup_over_best_ratio"], "soup_acc": a["soup"],
          "best_ingredient_acc": a["best_ingredient"], "mean_ingredient_acc": a["mean_ingredient"],
+         "mean_ingredient_own_head_acc": results["a_own_head"]["mean_ingredient"],
+         "best_ingredient_own_head_acc": results["a_own_head"]["best_ingredient"],
+         "soup_minus_best_ingredient_own_head": results["a_own_head"]["soup_minus_best_ingredient"]["mean"],
          "season_minus_stock_knn": d["seasoned_minus_stock"]["mean"],
          "season_minus_uniform_knn": d["seasoned_minus_uniform"]["mean"], "season_max_weight": d["max_weight"]}
     m |= {f"premise_{k}": v for k, v in p.items() if isinstance(v, float)}
@@ -187,7 +202,9 @@ def report_stage(cfg, ctx) -> None:
     acc = {m: _seed_list(clean, m) for m in clean.model.unique()}
     results = {"clean_test_acc": {m: summarize(v) for m, v in acc.items()},
                "premise": premises(cfg, ctx, seeds, ingredients),
-               "a": cross_algorithm_soup(acc, ingredients), "c": robustness(df),
+               "a": cross_algorithm_soup(acc, ingredients),
+               "a_own_head": cross_algorithm_soup(acc, ingredients, suffix=""),  # v9's comparison, reported
+               "c": robustness(df),
                "per_corruption": per_corruption(df), "d": seasoning(ctx, seeds)}
     metrics = flat_metrics(results, cfg.criteria)
     write_json_atomic(ctx.out_dir / "report.json", results | {"metrics": metrics})
