@@ -37,9 +37,9 @@ def evaluate_stage(cfg, ctx) -> None:
             rows.append({"seed": seed, "model": model, "set": set_name,
                          "corruption": corruption or "clean", "severity": int(severity) if corruption else 0,
                          "in_shift": set_name in shift, "acc": r["acc"], "nll": r["nll"]})
-    # v10: every fine-tuned ingredient also with its head refitted on its own frozen train features,
-    # the same rule as the soups' (soup.refit_head), so the a-claims compare like with like (clean test)
-    for model in cfg.inter_train.ingredients:
+    # v10: under LP-FT every fine-tuned ingredient also with its head refitted on its own frozen train
+    # features, the soups' rule (soup.soup_head), so the a-claims compare like with like (clean test)
+    for model in cfg.inter_train.ingredients if cfg.finetune.probe else ():
         state = refit_head(cfg, splits["train"], load_torch(models[model]), arch)
         r = evaluate_state(net, state, test["x"], test["y"])
         rows.append({"seed": seed, "model": model + REFIT, "set": "clean", "corruption": "clean", "severity": 0,
@@ -202,7 +202,7 @@ def report_stage(cfg, ctx) -> None:
     acc = {m: _seed_list(clean, m) for m in clean.model.unique()}
     results = {"clean_test_acc": {m: summarize(v) for m, v in acc.items()},
                "premise": premises(cfg, ctx, seeds, ingredients),
-               "a": cross_algorithm_soup(acc, ingredients),
+               "a": cross_algorithm_soup(acc, ingredients, REFIT if cfg.finetune.probe else ""),
                "a_own_head": cross_algorithm_soup(acc, ingredients, suffix=""),  # v9's comparison, reported
                "c": robustness(df),
                "per_corruption": per_corruption(df), "d": seasoning(ctx, seeds)}

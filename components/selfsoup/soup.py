@@ -50,6 +50,16 @@ def refit_head(cfg, train: dict, state: dict, arch: dict | None = None) -> dict:
     return encoder | {f"head.{k}": v for k, v in head.items()}
 
 
+def soup_head(cfg, train: dict, arch: dict | None = None):
+    """How a soup (and each greedy candidate) gets its head. Own-probe LP-FT (``finetune.probe``,
+    the small profile since v9): a probe refitted on the soup's own features (``refit_head``),
+    since the ingredients' heads are not in one basis. One shared head init (the paper's recipe,
+    ``finetune.probe: false``): the averaged heads, as the paper soups them."""
+    if not cfg.finetune.probe:
+        return lambda state: state
+    return lambda state: refit_head(cfg, train, state, arch)
+
+
 def refit_nll(cfg, net: Classifier, state: dict, train: dict, val: dict, arch: dict | None = None) -> float:
     """Validation NLL of ``state``'s encoder under a probe refitted on its own features (``refit_head``)."""
     return evaluate_state(net, refit_head(cfg, train, state, arch), val["x"], val["y"])["nll"]
@@ -103,10 +113,8 @@ def soup_stage(cfg, ctx) -> None:
     train, arch = splits["train"], stock_arch(stock_dir)
     net = classifier(cfg, val["x"].shape[-1], states[0], arch)
 
-    # v9: every soup's head is a probe refitted on the soup's own frozen train features (the
-    # ingredients' own-probe LP-FT heads are not in one basis; CLAIMS.md "Pre-registration v9"),
-    # for the greedy soup's candidates as for the soups kept
-    refit = lambda s: refit_head(cfg, train, s, arch)  # noqa: E731
+    # v9: under LP-FT every soup's head, the greedy soup's candidates' too, is refitted (soup_head)
+    refit = soup_head(cfg, train, arch)
     soups = {"uniform_soup": refit(uniform_soup(states))}
     greedy, kept = greedy_soup(states, val_scores, lambda s: evaluate_state(net, refit(s), val["x"], val["y"])["acc"])
     soups["greedy_soup"] = refit(greedy)

@@ -24,3 +24,18 @@ def test_a_claims_read_the_refitted_head_ingredient_rows():
 def test_a_claims_fail_loudly_without_the_refit_rows():
     with pytest.raises(KeyError):
         cross_algorithm_soup({"x": [1.0], "uniform_soup": [1.0], "greedy_soup": [1.0]}, ["x"])
+
+
+def test_heads_are_refitted_only_under_own_probe_lp_ft():
+    """The paper's recipe (finetune.probe false: one shared head init) soups the heads as they are;
+    only the small profile's own-probe LP-FT refits them (a bug fix: v9/v10 refitted in every profile)."""
+    import torch
+
+    from components.selfsoup.config import SelfsoupConfig
+    from components.selfsoup.soup import soup_head
+
+    paper = SelfsoupConfig.for_profile("paper")
+    assert not paper.finetune.probe
+    state = {"encoder.w": torch.ones(2), "head.weight": torch.zeros(3, 2)}
+    assert soup_head(paper, train={}, arch=None)(state) is state
+    assert SelfsoupConfig.for_profile("small").finetune.probe  # small: soup_head refits (tests above)
