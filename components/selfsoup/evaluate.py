@@ -7,17 +7,19 @@ import numpy as np
 from components.common.io import load_torch, read_json, read_table, write_json_atomic, write_table
 from components.common.metrics import paired_difference, summarize
 from components.selfsoup.data import corrupted_set, load_corrupted, load_splits, member_dir
-from components.selfsoup.soup import classifier, evaluate_model, midpoint_barrier
+from components.selfsoup.soup import classifier, evaluate_model, evaluate_state, midpoint_barrier, refit_head
 from components.selfsoup.ssl import start, stock_arch
 
 SOUPS = ("uniform_soup", "greedy_soup")
+REFIT = "_refit"  # v10: model rows "<ingredient>_refit", the ingredient with its head refitted like the soups'
 
 
 def evaluate_stage(cfg, ctx) -> None:
     seed = ctx.item["seed"]
     start(seed)
     data_dir = ctx.inputs["prepare_data"]
-    test = load_splits(data_dir)["test"]
+    splits = load_splits(data_dir)
+    test = splits["test"]
     corrupted = load_corrupted(data_dir)
     models = {m: member_dir(ctx.inputs["fine_tune"], seed, m) / "model.pt" for m in cfg.finetune.models}
     models |= {s: ctx.inputs["soup"][str(seed)] / f"{s}.pt" for s in SOUPS}
@@ -35,6 +37,13 @@ def evaluate_stage(cfg, ctx) -> None:
             rows.append({"seed": seed, "model": model, "set": set_name,
                          "corruption": corruption or "clean", "severity": int(severity) if corruption else 0,
                          "in_shift": set_name in shift, "acc": r["acc"], "nll": r["nll"]})
+    # v10: under LP-FT every fine-tuned ingredient also with its head refitted on its own frozen train
+    # features, the soups' rule (soup.soup_head), so the a-claims compare like with like (clean test)
+    for model in cfg.inter_train.ingredients if cfg.finetune.probe else ():
+        state = refit_head(cfg, splits["train"], load_torch(models[model]), arch)
+        r = evaluate_state(net, state, test["x"], test["y"])
+        rows.append({"seed": seed, "model": model + REFIT, "set": "clean", "corruption": "clean", "severity": 0,
+                     "in_shift": False, "acc": r["acc"], "nll": r["nll"]})
     write_table(ctx.out_dir / "metrics.parquet", {k: [r[k] for r in rows] for k in rows[0]})
     ctx.write_metrics({f"{m}_test_acc": r["acc"] for r in rows if r["set"] == "clean" for m in [r["model"]]})
 
@@ -67,15 +76,25 @@ def cross_init_barriers(cfg, fine_tune_inputs: dict, seeds: list[int], val, arch
 def premises(cfg, ctx, seeds: list[int], ingredients: list[str]) -> dict:
     """The setting's premises, from weights and validation data only (no test number enters)."""
     soups = [read_json(ctx.inputs["soup"][str(s)] / "soup.json") for s in seeds]
-    val_acc = {m: [100 * read_json(member_dir(ctx.inputs["fine_tune"], s, m) / "val.json")["val_acc"] for s in seeds]
-               for m in ["stock", *ingredients]}
+    vals = {m: [read_json(member_dir(ctx.inputs["fine_tune"], s, m) / "val.json") for s in seeds]
+            for m in ["stock", *ingredients]}
+    # P4 (v7, finetune.orders > 1): the k-order mean val accuracy of every model, the stock's alike;
+    # with one order (v5) val_acc, the kept fine-tune's
+    val_acc = {m: [100 * v.get("val_acc_mean", v["val_acc"]) for v in vs] for m, vs in vals.items()}
     over_stock = {m: paired_difference(val_acc[m], val_acc["stock"]) for m in ingredients}
     out = {"ingredient_minus_stock_val": over_stock,
            "ingredient_minus_stock_val_min": min(d["mean"] for d in over_stock.values())}
+    if any("val_acc_mean" in v for vs in vals.values() for v in vs):  # the single kept fine-tune, for comparison
+        first = {m: [100 * v["val_acc"] for v in vs] for m, vs in vals.items()}
+        out["ingredient_minus_stock_val_order0_min"] = min(paired_difference(first[m], first["stock"])["mean"]
+                                                           for m in ingredients)
     if len(ingredients) > 1:
         barriers = [v for s in soups for v in s["barriers"].values()]
         distances = [v for s in soups for v in s["distances"].values()]
-        out |= {"barrier_mean": float(np.mean(barriers)), "barrier_max": float(np.max(barriers)),
+        # P2 (v9): the encoder barrier (own refitted probes); absent from soups measured before v9
+        enc_barriers = [v for s in soups for v in s.get("encoder_barriers", {}).values()] or [np.nan]
+        out |= {"encoder_barrier_mean": float(np.mean(enc_barriers)), "encoder_barrier_max": float(np.max(enc_barriers)),
+                "barrier_mean": float(np.mean(barriers)), "barrier_max": float(np.max(barriers)),
                 "distance_min": float(np.min(distances)), "distance_mean": float(np.mean(distances)),
                 # encoder-only distances (v5; absent from soups measured before it)
                 "encoder_distance_min": float(np.min([v for s in soups for v in s.get("encoder_distances", {}).values()]
@@ -88,9 +107,12 @@ def premises(cfg, ctx, seeds: list[int], ingredients: list[str]) -> dict:
     return out
 
 
-def cross_algorithm_soup(acc: dict, ingredients: list[str]) -> dict:
-    """(a) and (b): the uniform soup against the mean and the best (per seed, on test) ingredient."""
-    ing = np.array([acc[m] for m in ingredients])            # (n_ingredients, n_seeds), points
+def cross_algorithm_soup(acc: dict, ingredients: list[str], suffix: str = REFIT) -> dict:
+    """(a), (b) and r2: the uniform (greedy) soup against the mean and the best (per seed, on test)
+    ingredient. v10: the ingredients are read from their "<ingredient>_refit" rows (head refitted
+    on their own frozen train features, as the soups' heads are); ``suffix=""`` gives v9's
+    comparison against the ingredients' own fine-tuned heads."""
+    ing = np.array([acc[m + suffix] for m in ingredients])   # (n_ingredients, n_seeds), points
     soup = np.array(acc["uniform_soup"])
     return {"soup_minus_mean_ingredient": paired_difference(soup, ing.mean(0)),
             "soup_minus_best_ingredient": paired_difference(soup, ing.max(0)),
@@ -148,6 +170,9 @@ def flat_metrics(results: dict, crit) -> dict:
          "greedy_minus_best_ingredient": a["greedy_minus_best_ingredient"]["mean"],
          "soup_over_best_ratio": a["soup_over_best_ratio"], "soup_acc": a["soup"],
          "best_ingredient_acc": a["best_ingredient"], "mean_ingredient_acc": a["mean_ingredient"],
+         "mean_ingredient_own_head_acc": results["a_own_head"]["mean_ingredient"],
+         "best_ingredient_own_head_acc": results["a_own_head"]["best_ingredient"],
+         "soup_minus_best_ingredient_own_head": results["a_own_head"]["soup_minus_best_ingredient"]["mean"],
          "season_minus_stock_knn": d["seasoned_minus_stock"]["mean"],
          "season_minus_uniform_knn": d["seasoned_minus_uniform"]["mean"], "season_max_weight": d["max_weight"]}
     m |= {f"premise_{k}": v for k, v in p.items() if isinstance(v, float)}
@@ -177,7 +202,9 @@ def report_stage(cfg, ctx) -> None:
     acc = {m: _seed_list(clean, m) for m in clean.model.unique()}
     results = {"clean_test_acc": {m: summarize(v) for m, v in acc.items()},
                "premise": premises(cfg, ctx, seeds, ingredients),
-               "a": cross_algorithm_soup(acc, ingredients), "c": robustness(df),
+               "a": cross_algorithm_soup(acc, ingredients, REFIT if cfg.finetune.probe else ""),
+               "a_own_head": cross_algorithm_soup(acc, ingredients, suffix=""),  # v9's comparison, reported
+               "c": robustness(df),
                "per_corruption": per_corruption(df), "d": seasoning(ctx, seeds)}
     metrics = flat_metrics(results, cfg.criteria)
     write_json_atomic(ctx.out_dir / "report.json", results | {"metrics": metrics})

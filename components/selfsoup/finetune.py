@@ -83,24 +83,45 @@ def fine_tune(model: Classifier, train: dict, ft, lr: float, ctx=None, prefix: s
         warmup=int(ft.warmup_frac * steps), ctx=ctx, prefix=prefix, log_every=max(1, steps // 10))
 
 
+def order_seed(seed: int, order: int) -> int:
+    """Batch-order seed of fine-tune ``order`` (finetune.orders) of a seed; order 0 is the seed itself."""
+    return seed if order == 0 else seed + 1000 * order
+
+
 def fine_tune_model(cfg, name: str, seed: int, inputs, splits: dict, out_dir, ctx=None) -> dict:
     """Fine-tune ``name`` at every lr of the grid (same batches for each), keep the lr with the
-    best val accuracy; saves model.pt and val.json under ``out_dir``."""
+    best val accuracy; saves model.pt and val.json under ``out_dir``.
+
+    ``finetune.orders`` = k > 1 (v7): every lr is fine-tuned under k batch orders; val accuracy
+    is then judged by its k-order mean (``val_acc_mean``: lr choice, premise P4), while the
+    model kept (soups, evaluation, ``val_acc``) is order 0's, the same fine-tune as k = 1."""
     train, val = splits["train"], splits["val"]
     encoder_state = initial_encoder_state(name, seed, cfg, inputs)
     stock_dir = inputs["pretrain_stock"][str(seed)]
     arch = stock_arch(stock_dir)
     head_state = head_init(cfg, train, encoder_state, stock_dir, arch, is_stock=name == "stock")
+    orders = cfg.finetune.orders
     best = None
-    val_accs = {}
+    val_accs, order_accs = {}, {}
     for lr in cfg.finetune.lrs:
-        seed_everything(seed)  # same batches and augmentations for every lr and every model of a seed
-        model = build_classifier(cfg, train["x"].shape[-1], encoder_state, head_state, arch)
-        fine_tune(model, train, cfg.finetune, lr, ctx, prefix=f"ft_{name}_lr{lr:g}")
-        val_accs[lr] = accuracy(model, val["x"], val["y"])
+        for o in range(orders):
+            # same batches and augmentations for every lr and every model of a seed (per order)
+            seed_everything(order_seed(seed, o))
+            model = build_classifier(cfg, train["x"].shape[-1], encoder_state, head_state, arch)
+            suffix = f"_o{o}" if o else ""
+            fine_tune(model, train, cfg.finetune, lr, ctx, prefix=f"ft_{name}_lr{lr:g}{suffix}")
+            order_accs[(lr, o)] = accuracy(model, val["x"], val["y"])
+            if o == 0:
+                state = cpu_state(model)
+        val_accs[lr] = sum(order_accs[(lr, o)] for o in range(orders)) / orders
         if best is None or val_accs[lr] > val_accs[best[0]]:
-            best = (lr, cpu_state(model))
-    summary = {"val_acc": val_accs[best[0]], "lr": best[0]} | {f"val_acc_lr{lr:g}": a for lr, a in val_accs.items()}
+            best = (lr, state)
+    if orders == 1:  # v5's val.json, unchanged
+        summary = {"val_acc": val_accs[best[0]], "lr": best[0]} | {f"val_acc_lr{lr:g}": a for lr, a in val_accs.items()}
+    else:
+        summary = {"val_acc": order_accs[(best[0], 0)], "val_acc_mean": val_accs[best[0]], "lr": best[0]}
+        summary |= {f"val_acc_o{o}": order_accs[(best[0], o)] for o in range(orders)}
+        summary |= {f"val_acc_mean_lr{lr:g}": a for lr, a in val_accs.items()}
     out_dir.mkdir(parents=True, exist_ok=True)
     save_torch(out_dir / "model.pt", best[1])
     write_json_atomic(out_dir / "val.json", summary)  # read by the soup and report stages

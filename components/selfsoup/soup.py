@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from components.common.io import load_torch, read_json, save_torch, write_json_atomic
 from components.common.soups import greedy_soup, interpolate, uniform_soup
 from components.selfsoup.data import load_splits, member_dir
+from components.selfsoup.finetune import own_probe_head
 from components.selfsoup.ssl import build_encoder, device, start, stock_arch
 from components.selfsoup.vit import Classifier, predict_logits
 
@@ -37,6 +38,41 @@ def midpoint_barrier(net: Classifier, a: dict, b: dict, x: torch.Tensor, y: torc
     """Loss at the midpoint of the segment minus the mean loss of its endpoints (nats)."""
     ends = [evaluate_state(net, s, x, y)["nll"] for s in (a, b)]
     return evaluate_state(net, interpolate(a, b, 0.5), x, y)["nll"] - sum(ends) / 2
+
+
+def refit_head(cfg, train: dict, state: dict, arch: dict | None = None) -> dict:
+    """``state`` (a classifier's) with its head replaced by a linear probe refitted on its own frozen
+    train features: the pipeline's probe recipe (``finetune.own_probe_head``, C = finetune.probe_c,
+    the stock's). v9: LP-FT models each carry their own probe head, fitted in their own feature
+    basis, so averaged heads (and the head half of an interpolated model) mix unrelated bases."""
+    encoder = encoder_part(state)
+    head = own_probe_head(cfg, train, {k.removeprefix("encoder."): v for k, v in encoder.items()}, arch)
+    return encoder | {f"head.{k}": v for k, v in head.items()}
+
+
+def soup_head(cfg, train: dict, arch: dict | None = None):
+    """How a soup (and each greedy candidate) gets its head. Own-probe LP-FT (``finetune.probe``,
+    the small profile since v9): a probe refitted on the soup's own features (``refit_head``),
+    since the ingredients' heads are not in one basis. One shared head init (the paper's recipe,
+    ``finetune.probe: false``): the averaged heads, as the paper soups them."""
+    if not cfg.finetune.probe:
+        return lambda state: state
+    return lambda state: refit_head(cfg, train, state, arch)
+
+
+def refit_nll(cfg, net: Classifier, state: dict, train: dict, val: dict, arch: dict | None = None) -> float:
+    """Validation NLL of ``state``'s encoder under a probe refitted on its own features (``refit_head``)."""
+    return evaluate_state(net, refit_head(cfg, train, state, arch), val["x"], val["y"])["nll"]
+
+
+def encoder_barrier(cfg, net: Classifier, a: dict, b: dict, train: dict, val: dict, arch: dict | None = None,
+                    nll=None) -> float:
+    """P2 (v9): the midpoint barrier of the encoders (nats): the midpoint encoder and both endpoint
+    encoders each scored with a linear probe refitted on its own frozen train features; no head of
+    either model enters. ``nll`` (state -> refitted val NLL, default ``refit_nll``) lets a caller
+    cache the endpoints."""
+    nll = nll or (lambda s: refit_nll(cfg, net, s, train, val, arch))
+    return nll(interpolate(a, b, 0.5)) - (nll(a) + nll(b)) / 2
 
 
 def weight_distance(a: dict, b: dict) -> float:
@@ -74,27 +110,37 @@ def soup_stage(cfg, ctx) -> None:
     states = [load_torch(d / "model.pt") for d in dirs]
     val_scores = [read_json(d / "val.json")["val_acc"] for d in dirs]
     stock_dir = ctx.inputs["pretrain_stock"][str(seed)]
-    net = classifier(cfg, val["x"].shape[-1], states[0], stock_arch(stock_dir))
+    train, arch = splits["train"], stock_arch(stock_dir)
+    net = classifier(cfg, val["x"].shape[-1], states[0], arch)
 
-    soups = {"uniform_soup": uniform_soup(states)}
-    soups["greedy_soup"], kept = greedy_soup(states, val_scores,
-                                             lambda s: evaluate_state(net, s, val["x"], val["y"])["acc"])
+    # v9: under LP-FT every soup's head, the greedy soup's candidates' too, is refitted (soup_head)
+    refit = soup_head(cfg, train, arch)
+    soups = {"uniform_soup": refit(uniform_soup(states))}
+    greedy, kept = greedy_soup(states, val_scores, lambda s: evaluate_state(net, refit(s), val["x"], val["y"])["acc"])
+    soups["greedy_soup"] = refit(greedy)
     for soup_name, state in soups.items():
         save_torch(ctx.out_dir / f"{soup_name}.pt", state)
 
     # premise measurements: validation data and weights only, never test
+    # P2 (v9): the encoder barrier, every model (ends and midpoint) with its own refitted probe;
+    # the whole-model barrier (each model's own fine-tuned head; P2 up to v8) reported beside it
+    ends = {id(s): refit_nll(cfg, net, s, train, val, arch) for s in states}
+    nll = lambda s: ends[id(s)] if id(s) in ends else refit_nll(cfg, net, s, train, val, arch)  # noqa: E731
+    encoder_barriers = pairwise(names, states, lambda a, b: encoder_barrier(cfg, net, a, b, train, val, arch, nll))
     barriers = pairwise(names, states, lambda a, b: midpoint_barrier(net, a, b, val["x"], val["y"]))
     scale = weight_norm(start_state(stock_dir))
     distances = pairwise(names, states, lambda a, b: weight_distance(a, b) / scale)
     # the encoders alone (v5): with LP-FT every model has its own probe head, so the whole-model
     # distance also counts how far apart the heads are
     encoder_distances = pairwise(names, [encoder_part(s) for s in states], lambda a, b: weight_distance(a, b) / scale)
-    summary = {"greedy_kept": [names[i] for i in kept], "barriers": barriers, "distances": distances,
-               "encoder_distances": encoder_distances}
+    summary = {"greedy_kept": [names[i] for i in kept], "barriers": barriers, "encoder_barriers": encoder_barriers,
+               "distances": distances, "encoder_distances": encoder_distances}
     write_json_atomic(ctx.out_dir / "soup.json", summary)
     metrics = {f"{k}_val_acc": evaluate_state(net, s, val["x"], val["y"])["acc"] for k, s in soups.items()}
     if barriers:
-        metrics |= {"barrier_mean": sum(barriers.values()) / len(barriers), "barrier_max": max(barriers.values()),
+        metrics |= {"encoder_barrier_mean": sum(encoder_barriers.values()) / len(encoder_barriers),
+                    "encoder_barrier_max": max(encoder_barriers.values()),
+                    "barrier_mean": sum(barriers.values()) / len(barriers), "barrier_max": max(barriers.values()),
                     "distance_min": min(distances.values()), "distance_mean": sum(distances.values()) / len(distances),
                     "encoder_distance_min": min(encoder_distances.values())}
     ctx.write_metrics(metrics | {"greedy_n_kept": len(kept)})

@@ -32,6 +32,7 @@ import torch
 from components.common.io import load_torch, save_torch
 from components.selfsoup.config import Recipe, SelfsoupConfig
 from components.selfsoup.evaluate import cross_init_barriers
+from components.selfsoup.finetune import order_seed
 from components.selfsoup.soup import classifier, encoder_part, midpoint_barrier, start_state, weight_distance, weight_norm
 from tests.selfsoup import calibrate_v5 as v5
 from tests.selfsoup import calibrate_v6  # noqa: F401  (installs v6's cache key into v5: v6 caches are reused)
@@ -45,11 +46,6 @@ POOL = {
     "m25_lr1": {"algo": "mae", "lr": 1.25e-4, "mask_ratio": 0.25},
     "m50_lr05": {"algo": "mae", "lr": 6.25e-5, "mask_ratio": 0.5},
 }
-
-
-def order_seed(seed: int, order: int) -> int:
-    """Batch-order seed of fine-tune ``order`` of a seed; order 0 is the pipeline's (the seed)."""
-    return seed if order == 0 else seed + 1000 * order
 
 
 def alias_cached(cache: Path, name: str, key: str) -> None:

@@ -16,7 +16,9 @@ def test_selfsoup_smoke_end_to_end(tmp_path):
 
     table = read_table(result.out("selfsoup", "evaluate", "0") / "metrics.parquet").to_pandas()
     models = {"stock", "mae_lr1", "moco_t0p1", "selfsoup_clean", "selfsoup_shift", "uniform_soup", "greedy_soup"}
-    assert set(table.model) == models
+    # v10: the ingredients also with their heads refitted like the soups' (clean test only)
+    assert set(table.model) == models | {"mae_lr1_refit", "moco_t0p1_refit"}
+    assert set(table[table.model.str.endswith("_refit")].set) == {"clean"}
     assert table.acc.between(0, 1).all() and table.nll.map(math.isfinite).all()
     # clean + 8 corruptions x severities {1, 5} (+ the shift sets at severity 3)
     assert set(table[table.model == "stock"].set) >= {"clean", "gaussian_noise_1", "pixelate_5", "contrast_3",
@@ -26,12 +28,12 @@ def test_selfsoup_smoke_end_to_end(tmp_path):
     assert abs(sum(season["weights"].values()) - 1) < 1e-6
 
     report = read_json(result.out("selfsoup", "report") / "report.json")
-    assert {"premise", "a", "c", "d", "per_corruption"} <= report.keys()
+    assert {"premise", "a", "a_own_head", "c", "d", "per_corruption"} <= report.keys()
     assert len(report["per_corruption"]) == 8
     metrics = result.metrics("selfsoup", "report")
     assert all(isinstance(metrics[f"pass_{c}"], bool) for c in "abcd")
     # (the different-init control barrier needs two seeds; smoke has one)
-    for key in ("premise_distance_min", "premise_barrier_mean", "premise_ingredient_minus_stock_val_min",
+    for key in ("premise_distance_min", "premise_barrier_mean", "premise_encoder_barrier_mean", "premise_ingredient_minus_stock_val_min",
                 "acc_elastic_selfsoup_shift", "shift_minus_selfsoup_clean_shift_sets"):
         assert math.isfinite(metrics[key]), key
 
