@@ -314,3 +314,30 @@ def grounding_loss(model: "ToyVLLM", video: torch.Tensor, labels: torch.Tensor,
 
 def caption_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=0)
+
+
+def mimetic_init(blocks: nn.ModuleList, generator: torch.Generator, qk: tuple[float, float] = (0.7, 0.7),
+                 vo: tuple[float, float] = (0.4, 0.4)) -> None:
+    """Mimetic initialisation of self-attention (Trockman & Kolter, ICML 2023): every head's
+    W_q^T W_k starts near ``a Z + b I`` and the layer's W_v^T W_o near ``a Z - b I`` (Z ~ N(0, 1/d)),
+    the structure trained attention layers show. With W_q^T W_k ~ I a token attends to tokens whose
+    embedding resembles its own from step 0, so a question word finds the visual token that carries
+    the same word without first escaping a long plateau (CLAIMS "Calibration v11")."""
+    for block in blocks:
+        attn = block.attn
+        d = attn.proj.weight.shape[0]
+        d_head = d // attn.n_heads
+
+        def target(a: float, b: float, sign: float) -> torch.Tensor:
+            z = torch.randn(d, d, generator=generator) / d**0.5
+            return a * z + sign * b * torch.eye(d)
+
+        wq, wk, wv = attn.qkv.weight.data.split(d, dim=0)        # each (d_out, d_in); q = x W^T
+        for h in range(attn.n_heads):                           # best rank-d_head fit per head
+            u, s, vh = torch.linalg.svd(target(*qk, 1.0))
+            root = s[:d_head].sqrt()
+            wq[h * d_head:(h + 1) * d_head] = (u[:, :d_head] * root).T
+            wk[h * d_head:(h + 1) * d_head] = (vh[:d_head].T * root).T
+        u, s, vh = torch.linalg.svd(target(*vo, -1.0))          # W_v^T W_o^T = U S V^T
+        wv.copy_((u * s.sqrt()).T)
+        attn.proj.weight.data.copy_((s.sqrt()[:, None] * vh).T)

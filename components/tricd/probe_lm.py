@@ -8,6 +8,7 @@ v9: ``lm`` "reader" (``reader.ReaderVLLM``; ``n_enc``, ``hops``) or "packed" (th
 its pads after ``<ans>``, ``reader.packed_forward``); default the stage's causal toy.
 v10: ``compound`` true: compound colour-shape ids in the questions and on the visual tokens
 (``model.tokenize``; CLAIMS "Calibration v10").
+v11: ``mimetic`` true: mimetic attention init (``model.mimetic_init``; CLAIMS "Calibration v11").
 Keys: d_model, n_layers, n_heads, steps, lr, yn_first, tasks (list of tasks trained on),
 types (list of types trained on), batch, eval_every.
 """
@@ -90,6 +91,9 @@ def main(build: Path, label: str, over: dict) -> None:
         cls = PackedVLLM
     model = cls(len(build_vocab(cp)), 8, 32, 4, o["d_model"], o["n_layers"], o["n_heads"], MAX_TEXT,
                 merge=4, align=True, tpatch=2, camera=True, feat_scale=0.0, compound=cp, **extra)
+    if o.get("mimetic"):   # v11: mimetic attention init (``model.mimetic_init``)
+        from components.tricd.model import mimetic_init
+        mimetic_init(model.blocks, torch.Generator().manual_seed(o["seed"]))
     for p in [*model.patch_embed.parameters(), *model.ground_head.parameters(), *model.merger.parameters()]:
         p.requires_grad_(False)
     tp = oracle_states(read_json(f"{build}/pretrain_programs.json"), 32, model.token_px, model.tpatch, o["d_model"])
