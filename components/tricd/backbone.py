@@ -7,7 +7,7 @@ import torch
 from components.tricd.decode import MAX_TEXT, load_split, predict, run_pass, score
 from components.tricd.benchmark import caption
 from components.tricd import video as V
-from components.tricd.model import (CAPTION_PROMPT, ToyVLLM, answer_loss, build_vocab, caption_loss,
+from components.tricd.model import (CAPTION_PROMPT, ToyVLLM, answer_loss, build_vocab, caption_loss, mimetic_init,
                                    encode, encode_caption, grounding_loss)
 
 HELDOUT_SHARE = 0.1   # last 10% of pretrain videos: a held-out set from the biased distribution
@@ -23,13 +23,18 @@ def make_backbone(bench, backbone) -> ToyVLLM:
         cls = PackedVLLM
     elif backbone.lm != "causal":
         raise ValueError(f"backbone.lm must be causal, packed or reader, not {backbone.lm!r}")
-    return cls(len(build_vocab(backbone.compound)), bench.frames, bench.size, backbone.patch, backbone.d_model,
+    if backbone.mimetic and backbone.lm == "reader":
+        raise ValueError("backbone.mimetic needs a causal language side (lm causal or packed), not the reader")
+    model = cls(len(build_vocab(backbone.compound)), bench.frames, bench.size, backbone.patch, backbone.d_model,
                    backbone.n_layers, backbone.n_heads, MAX_TEXT, merge=backbone.merge,
                    align=backbone.align, tpatch=backbone.tpatch, video_first=backbone.video_first,
                    context=backbone.context, camera=backbone.ground_camera,
                    pixel_colour=backbone.pixel_colour, pos_weight=backbone.ground_pos_weight,
                    token_weight=backbone.ground_token_weight, feat_scale=backbone.feat_scale,
                    compound=backbone.compound, **extra)
+    if backbone.mimetic:   # v11: attention starts as a lookup of similar tokens (CLAIMS "Calibration v11")
+        mimetic_init(model.blocks, torch.Generator().manual_seed(backbone.seed))
+    return model
 
 
 def load_backbone(path, bench, backbone) -> ToyVLLM:

@@ -72,6 +72,7 @@ class Backbone(Section):
                                        # pretrain video from the scene programs (same bias); 0 = the split's own
     compound: bool = False             # v10: the toy tokenizer merges "<colour> <shape>" into one id and the
                                        # projector adds that id's embedding per grounded pair (false = v1-v9)
+    mimetic: bool = False              # v11: mimetic attention init of the LM (model.mimetic_init; false = v1-v10)
     seed: int = 3                      # one frozen backbone (v5: fresh; v4 2; v3 1); criteria seeds vary the policy
 
 

@@ -90,10 +90,12 @@ def main(build: Path, label: str, over: dict) -> None:
         from components.tricd.reader import PackedVLLM
         cls = PackedVLLM
     model = cls(len(build_vocab(cp)), 8, 32, 4, o["d_model"], o["n_layers"], o["n_heads"], MAX_TEXT,
-                merge=4, align=True, tpatch=2, camera=True, feat_scale=0.0, compound=cp, **extra)
+                merge=4, align=True, tpatch=2, camera=True, feat_scale=0.0, compound=cp,
+                video_first=bool(o.get("video_first")), **extra)
     if o.get("mimetic"):   # v11: mimetic attention init (``model.mimetic_init``)
         from components.tricd.model import mimetic_init
-        mimetic_init(model.blocks, torch.Generator().manual_seed(o["seed"]))
+        mimetic_init(model.blocks, torch.Generator().manual_seed(o["seed"]), qk=tuple(o.get("mim_qk", (0.7, 0.7))),
+                     vo=tuple(o.get("mim_vo", (0.4, 0.4))))
     for p in [*model.patch_embed.parameters(), *model.ground_head.parameters(), *model.merger.parameters()]:
         p.requires_grad_(False)
     tp = oracle_states(read_json(f"{build}/pretrain_programs.json"), 32, model.token_px, model.tpatch, o["d_model"])

@@ -67,19 +67,23 @@ class ReaderVLLM(ToyVLLM):
 
 def packed_forward(model: ToyVLLM, text: torch.Tensor, tower=None, video=None,
                    visual_weight=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The causal toy (question first) with each row's pads after its ``<ans>``.
+    """The causal toy with each row's pads after its ``<ans>``.
     -> (logits at each row's ``<ans>`` (B, vocab), hidden states in the toy's left-padded
-    layout [question words][visual tokens][<ans>] (pad rows hold the pads' states))."""
-    if model.video_first:
-        raise ValueError("packed_forward is for the question-first layout")
+    layout [question words][visual tokens][<ans>], or [visual tokens][question words][<ans>] with
+    ``video_first`` (v11) (pad rows hold the pads' states))."""
     vis = model.vision_tower(video) if tower is None else model.project(tower)
     if visual_weight is not None:
         vis = vis * visual_weight.view(vis.shape[0], vis.shape[1], vis.shape[2], 1)
     vis = (vis + model.frame_pos + model.patch_pos).flatten(1, 2)
     txt = model.tok_emb(text) + model.text_pos[-text.shape[1]:]
-    x = torch.cat([txt[:, :-1], vis, txt[:, -1:]], dim=1)               # left-padded layout
-    b, t, d = x.shape
-    is_pad = torch.cat([text[:, :-1] == 0, torch.zeros(b, vis.shape[1] + 1, dtype=torch.bool)], 1)
+    b, n_vis, d = vis.shape
+    no_pad = torch.zeros(b, n_vis, dtype=torch.bool)
+    if model.video_first:                                                # the toy's left-padded layouts
+        x = torch.cat([vis, txt[:, :-1], txt[:, -1:]], dim=1)
+        is_pad = torch.cat([no_pad, text[:, :-1] == 0, no_pad[:, :1]], 1)
+    else:
+        x = torch.cat([txt[:, :-1], vis, txt[:, -1:]], dim=1)
+        is_pad = torch.cat([text[:, :-1] == 0, no_pad, no_pad[:, :1]], 1)
     # stable sort: real positions (in order) first, then the pads
     order = torch.sort(is_pad.to(torch.int8), dim=1, stable=True).indices  # (B, t)
     x = x.gather(1, order[..., None].expand(-1, -1, d))
