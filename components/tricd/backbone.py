@@ -7,16 +7,34 @@ import torch
 from components.tricd.decode import MAX_TEXT, load_split, predict, run_pass, score
 from components.tricd.benchmark import caption
 from components.tricd import video as V
-from components.tricd.model import (CAPTION_PROMPT, ToyVLLM, answer_loss, build_vocab, caption_loss,
+from components.tricd.model import (CAPTION_PROMPT, ToyVLLM, answer_loss, build_vocab, caption_loss, mimetic_init,
                                    encode, encode_caption, grounding_loss)
 
 HELDOUT_SHARE = 0.1   # last 10% of pretrain videos: a held-out set from the biased distribution
 
 
 def make_backbone(bench, backbone) -> ToyVLLM:
-    return ToyVLLM(len(build_vocab()), bench.frames, bench.size, backbone.patch, backbone.d_model,
+    from components.tricd.reader import PackedVLLM, ReaderVLLM
+
+    cls, extra = ToyVLLM, {}
+    if backbone.lm == "reader":
+        cls, extra = ReaderVLLM, {"n_enc": backbone.n_enc, "hops": backbone.hops}
+    elif backbone.lm == "packed":
+        cls = PackedVLLM
+    elif backbone.lm != "causal":
+        raise ValueError(f"backbone.lm must be causal, packed or reader, not {backbone.lm!r}")
+    if backbone.mimetic and backbone.lm == "reader":
+        raise ValueError("backbone.mimetic needs a causal language side (lm causal or packed), not the reader")
+    model = cls(len(build_vocab(backbone.compound)), bench.frames, bench.size, backbone.patch, backbone.d_model,
                    backbone.n_layers, backbone.n_heads, MAX_TEXT, merge=backbone.merge,
-                   align=backbone.align, tpatch=backbone.tpatch, video_first=backbone.video_first)
+                   align=backbone.align, tpatch=backbone.tpatch, video_first=backbone.video_first,
+                   context=backbone.context, camera=backbone.ground_camera,
+                   pixel_colour=backbone.pixel_colour, pos_weight=backbone.ground_pos_weight,
+                   token_weight=backbone.ground_token_weight, feat_scale=backbone.feat_scale,
+                   compound=backbone.compound, **extra)
+    if backbone.mimetic:   # v11: attention starts as a lookup of similar tokens (CLAIMS "Calibration v11")
+        mimetic_init(model.blocks, torch.Generator().manual_seed(backbone.seed))
+    return model
 
 
 def load_backbone(path, bench, backbone) -> ToyVLLM:
@@ -74,9 +92,38 @@ def pretrain_tower(model, videos, labels, scenes, n_videos: int, bb, rng, ctx):
     return torch.cat([f for f, _ in states]), torch.cat([g for _, g in states])
 
 
+def more_pretrain_qa(data, programs, n_videos: int, qa_per_task: int, bench, seed: int,
+                     compound: bool = False) -> None:
+    """v9 (``backbone.pretrain_qa_per_task`` > 0): replace the pretrain split's QA of the first
+    ``n_videos`` videos by ``qa_per_task`` fresh items per task and video, drawn from the same
+    scene programs with the split's own bias (the stage's ~2,200 items a type were memorised,
+    CLAIMS "Calibration v8"). ``data`` (a ``decode.Split``) is changed in place."""
+    import pandas as pd
+
+    from components.tricd import benchmark as Bm
+
+    g = np.random.default_rng(seed)
+    items = []
+    for v, p in enumerate(programs[:n_videos]):
+        for task in Bm.TASKS:
+            for _ in range(qa_per_task):
+                it = Bm.make_item(p, task, "pretrain", g, bias=bench.bias, biased_types=bench.biased_types,
+                                  adversarial_rate=bench.adversarial_rate)
+                if it is not None:
+                    it.update(video=v, compositional=task.startswith("c_"))
+                    items.append(it)
+    index = {w: i for i, w in enumerate(build_vocab(compound))}
+    data.qa = pd.DataFrame(items)
+    data.text = torch.tensor([encode(q, index, MAX_TEXT, compound) for q in data.qa.question], dtype=torch.long)
+    data.target = torch.tensor([index[a] for a in data.qa.answer], dtype=torch.long)
+    data.video_idx = torch.tensor(data.qa.video.to_numpy(), dtype=torch.long)
+
+
 def frozen_tower_loss(m, batch, tower) -> torch.Tensor:
     """QA loss on cached tower states: ``batch`` = (video index, text, target)."""
     vids, text, target = batch
+    if getattr(m, "pad_free", False):   # v9 language sides ignore pads: drop the shared pad columns
+        text = text[:, -int((text != 0).sum(1).max()):]
     return answer_loss(m(None, text, tower=(tower[0][vids], tower[1][vids]))[0], target)
 
 
@@ -97,22 +144,27 @@ def train_backbone_stage(cfg, ctx) -> None:
     # criteria vary the TriCD policy (router/gater init, REINFORCE sampling), as in the paper.
     rng = seed_everything(cfg.backbone.seed)
     bench_dir = ctx.inputs["build_benchmark"]
-    data = load_split(bench_dir, "pretrain")
+    data = load_split(bench_dir, "pretrain", compound=cfg.backbone.compound)
     cut = heldout_start(len(data.videos))
-    rows = np.flatnonzero(data.video_idx.numpy() < cut)
     model = make_backbone(cfg.bench, cfg.backbone)
     bb = cfg.backbone
 
     # captioning pretraining (as VLLMs are pretrained): dense supervision of what is in the
     # video, on the same pretrain videos; QA answers alone learn little beyond the prior here
     programs = read_json(f"{bench_dir}/pretrain_programs.json")
-    index = {w: i for i, w in enumerate(build_vocab())}
+    if bb.pretrain_qa_per_task:   # v9: many more QA items from the same (training) programs
+        more_pretrain_qa(data, programs, cut, bb.pretrain_qa_per_task, cfg.bench, cfg.backbone.seed + 1000,
+                         bb.compound)
+    rows = np.flatnonzero(data.video_idx.numpy() < cut)
+    index = {w: i for i, w in enumerate(build_vocab(bb.compound))}
     captions = torch.tensor([encode_caption(caption(p), index) for p in programs[:cut]])
     prompt = torch.tensor([encode(CAPTION_PROMPT, index, len(CAPTION_PROMPT.split()) + 1)])
     # grounding targets of the vision tower (as a VLLM's vision encoder is pretrained first)
     pairs = torch.from_numpy(np.stack([V.token_labels(p, cfg.bench.size, model.token_px, model.tpatch)
                                        for p in programs[:cut]]))
     scenes = torch.tensor([V.SCENES.index(p["scene"]) for p in programs[:cut]])
+    if bb.ground_camera:   # v7: the tower also learns the camera operation (scene, camera pairs)
+        scenes = torch.stack([scenes, torch.tensor([V.CAMERAS.index(p["camera"]) for p in programs[:cut]])], 1)
 
     # curriculum: the first ``yn_first`` share of the steps draws yes/no items only (the
     # oracle probes in CLAIMS.md: mixed with multiple choice, the QA head stays at the prior)
@@ -140,7 +192,7 @@ def train_backbone_stage(cfg, ctx) -> None:
             return frozen_tower_loss(m, batch, tower)
         return pretraining_loss(m, batch, prompt, bb.grounding_weight, bb.caption_weight)
 
-    val = load_split(bench_dir, "val")
+    val = load_split(bench_dir, "val", compound=bb.compound)
 
     def eval_fn(m):
         q = run_pass(m, val.videos, val.text, video_idx=val.video_idx)

@@ -40,7 +40,8 @@ class ToyBackbone:
         from components.tricd.model import build_vocab
 
         self.model = model
-        self.index = {w: i for i, w in enumerate(build_vocab())}
+        self.compound = getattr(model, "compound", False)   # v10: compound colour-shape ids
+        self.index = {w: i for i, w in enumerate(build_vocab(self.compound))}
         self.answer_ids = torch.tensor([self.index[w] for w in ANSWER_TOKENS])
         self.token_px, self.tpatch = model.token_px, model.tpatch
         self.d_model = model.tok_emb.embedding_dim
@@ -48,7 +49,7 @@ class ToyBackbone:
     def encode(self, qa) -> torch.Tensor:
         from components.tricd.model import encode
 
-        return torch.tensor([encode(q, self.index, MAX_TEXT) for q in qa.question], dtype=torch.long)
+        return torch.tensor([encode(q, self.index, MAX_TEXT, self.compound) for q in qa.question], dtype=torch.long)
 
     def forward(self, videos, enc, weight=None, hidden: bool = False):
         # the full left-padded width on every pass: the toy's attention has no padding mask, so
@@ -68,8 +69,10 @@ class ToyBackbone:
         """Descriptions read through the (frozen) word embeddings: (n, L, d), (n, L) True = pad."""
         from components.tricd.model import encode
 
-        length = max(len(t.split()) for t in texts)
-        ids = torch.tensor([encode(t, self.index, length + 1)[:-1] for t in texts])
+        from components.tricd.model import tokenize
+
+        length = max(len(tokenize(t, self.compound)) for t in texts)
+        ids = torch.tensor([encode(t, self.index, length + 1, self.compound)[:-1] for t in texts])
         with torch.no_grad():
             return self.model.tok_emb(ids), ids == 0
 

@@ -33,6 +33,18 @@ class Backbone(Section):
     patch: int = 4                     # 4x4 pixel patches ...
     merge: int = 4                     # ... merged 4x4 into one visual token (16x16 px, 4 a frame)
     tpatch: int = 2                    # frames per tubelet (Qwen2-VL's temporal patch size)
+    context: int = 0                   # v7: patches of context around each token's block read by
+                                       # the merger (0 = v1-v6: its own m x m block only)
+    pixel_colour: bool = False         # v7: per-pixel colour membership in each patch's input (a colour
+                                       # mask: shape and sub-patch motion visible); false = patch mean
+    ground_pos_weight: float = 1.0     # v7: BCE weight of positive grounding labels (1 = v1-v6)
+    ground_token_weight: float = 1.0   # v7: weight of that per-token BCE (a mean over 17 classes) against
+                                       # the scene (and camera) cross-entropy (1 = v1-v6)
+    feat_scale: float = -1.0           # v7: >= 0: the tower features enter the projector layer-normed and
+                                       # scaled by this (0 = only the words of what it grounds); -1 = raw
+                                       # (v1-v6: norm 30-50 against ~1 for the word part)
+    ground_camera: bool = False        # v7: the tower also learns the video's camera operation and the
+                                       # projector adds its words to every token (false = v1-v6)
     grounding_weight: float = 1.0      # vision-tower pretraining loss (token colour-shape, scene)
     align: bool = True                 # projector adds the word embeddings of what it grounds
     d_model: int = 64
@@ -51,6 +63,16 @@ class Backbone(Section):
     tower_steps: int = 800             # > 0: the vision tower is pretrained alone this many steps, then
                                        # frozen while the LM learns QA (0 = joint training, v1-v4)
     tower_batch: int = 64              # videos per vision-tower step
+    lm: str = "causal"                 # v9: language side. "causal" = the toy (v1-v8, left-padded, no mask);
+                                       # "packed" = the same causal toy with each row's pads after <ans>;
+                                       # "reader" = VQA-style reader (reader.ReaderVLLM)
+    n_enc: int = 2                     # v9 reader: bidirectional question-encoder blocks
+    hops: int = 2                      # v9 reader: co-attention rounds (visual <-> question)
+    pretrain_qa_per_task: int = 0      # v9: > 0: the QA phase draws this many fresh items per task and
+                                       # pretrain video from the scene programs (same bias); 0 = the split's own
+    compound: bool = False             # v10: the toy tokenizer merges "<colour> <shape>" into one id and the
+                                       # projector adds that id's embedding per grounded pair (false = v1-v9)
+    mimetic: bool = False              # v11: mimetic attention init of the LM (model.mimetic_init; false = v1-v10)
     seed: int = 3                      # one frozen backbone (v5: fresh; v4 2; v3 1); criteria seeds vary the policy
 
 

@@ -47,9 +47,10 @@ class Split:
         return self.qa.task.to_numpy()
 
 
-def load_split(bench_dir, split: str, limit: int | None = None, backbone=None) -> Split:
+def load_split(bench_dir, split: str, limit: int | None = None, backbone=None,
+               compound: bool = False) -> Split:
     """A split's videos and questions, encoded by ``backbone`` (default: the toy vocabulary,
-    with the answers' token ids as training targets)."""
+    with the answers' token ids as training targets; ``compound``: v10 compound colour-shape ids)."""
     from components.common.io import load_torch, read_table
 
     qa = read_table(f"{bench_dir}/{split}_qa.parquet").to_pandas()
@@ -59,8 +60,8 @@ def load_split(bench_dir, split: str, limit: int | None = None, backbone=None) -
     videos = load_torch(f"{bench_dir}/{split}_videos.pt")
     target = None
     if backbone is None:
-        index = {w: i for i, w in enumerate(build_vocab())}
-        text = torch.tensor([encode(q, index, MAX_TEXT) for q in qa.question], dtype=torch.long)
+        index = {w: i for i, w in enumerate(build_vocab(compound))}
+        text = torch.tensor([encode(q, index, MAX_TEXT, compound) for q in qa.question], dtype=torch.long)
         target = torch.tensor([index[a] for a in qa.answer], dtype=torch.long)
     else:
         text = backbone.encode(qa)

@@ -1,0 +1,87 @@
+"""v11 (issue 39): mimetic attention initialisation of the toy LM (Trockman & Kolter 2023).
+Every head's W_q^T W_k starts near +I and W_v^T W_o near -I, so a token attends most to earlier
+tokens that resemble it; off by default (v1-v10 init unchanged)."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from components.common.transformer import MLP, Block
+from components.tricd.backbone import make_backbone
+from components.tricd.config import TricdConfig
+from components.tricd.model import mimetic_init
+
+torch.set_num_threads(1)
+
+
+def _blocks(d=64, heads=4, seed=0):
+    blocks = torch.nn.ModuleList([Block(d, heads, MLP(d, 4 * d)) for _ in range(2)])
+    mimetic_init(blocks, torch.Generator().manual_seed(seed))
+    return blocks
+
+
+def test_products_are_near_plus_and_minus_identity():
+    attn = _blocks()[0].attn
+    d, dh = 64, 16
+    wq, wk, wv = attn.qkv.weight.split(d, dim=0)
+    for h in range(4):
+        qk = wq[h * dh:(h + 1) * dh].T @ wk[h * dh:(h + 1) * dh]
+        diag, off = qk.diagonal().mean(), (qk - torch.diag(qk.diagonal())).abs().mean()
+        assert diag > 0.2 and diag > 3 * off                  # + identity dominates each head
+    vo = wv.T @ attn.proj.weight.T
+    assert vo.diagonal().mean() < -0.3                          # - identity
+    assert torch.linalg.matrix_rank(vo) == d
+
+
+def test_a_token_attends_most_to_its_earlier_copy():
+    torch.manual_seed(1)
+    attn = _blocks()[0].attn
+    x = F.layer_norm(torch.randn(1, 8, 64), (64,))
+    x[0, 7] = x[0, 2]                                           # position 7 repeats position 2
+    q, k, _ = attn.qkv(x).split(64, dim=-1)
+    q, k = (z.view(1, 8, 4, 16).transpose(1, 2) for z in (q, k))
+    scores = (q[0, :, 7] [:, None] @ k[0].transpose(-1, -2)).squeeze(1).mean(0)   # (8,), heads averaged
+    others = [i for i in range(7) if i != 2]
+    assert scores[2] > scores[others].max() + 1.0
+
+
+def test_default_init_unchanged_and_option_is_deterministic():
+    bb = TricdConfig.for_profile("smoke").backbone
+    cfg = TricdConfig.for_profile("smoke")
+    torch.manual_seed(0)
+    plain = make_backbone(cfg.bench, bb)
+    torch.manual_seed(0)
+    plain2 = make_backbone(cfg.bench, bb)
+    assert torch.equal(plain.blocks[0].attn.qkv.weight, plain2.blocks[0].attn.qkv.weight)
+    on = bb.model_copy(update={"mimetic": True})
+    torch.manual_seed(0)
+    a = make_backbone(cfg.bench, on)
+    torch.manual_seed(123)
+    b = make_backbone(cfg.bench, on)                            # own generator: global RNG irrelevant
+    assert torch.equal(a.blocks[0].attn.qkv.weight, b.blocks[0].attn.qkv.weight)
+    assert not torch.equal(a.blocks[0].attn.qkv.weight, plain.blocks[0].attn.qkv.weight)
+    assert torch.equal(a.tok_emb.weight, plain.tok_emb.weight)   # only attention weights change
+
+
+def test_reader_rejects_mimetic():
+    cfg = TricdConfig.for_profile("smoke")
+    with pytest.raises(ValueError, match="mimetic"):
+        make_backbone(cfg.bench, cfg.backbone.model_copy(update={"mimetic": True, "lm": "reader"}))
+
+
+def test_packed_forward_video_first_equals_the_unpadded_video_first_toy():
+    from components.tricd.model import ToyVLLM, build_vocab
+    from components.tricd.reader import packed_forward
+    from tests.tricd.test_tricd_v9 import KW, MAX_TEXT, QS, _texts, _tower
+
+    torch.manual_seed(0)
+    model = ToyVLLM(len(build_vocab()), **{**KW, "video_first": True}).eval()
+    tower = _tower(len(QS))
+    with torch.no_grad():
+        packed, h = packed_forward(model, _texts(MAX_TEXT), tower=tower)
+        for i, q in enumerate(QS):
+            tight = _texts(MAX_TEXT)[i:i + 1, -(len(q.split()) + 1):]
+            ref, href = model(None, tight, tower=(tower[0][i:i + 1], tower[1][i:i + 1]))
+            torch.testing.assert_close(packed[i], ref[0], atol=1e-5, rtol=1e-5)
+            n_vis = model.n_visual                                  # [visual][question][<ans>] kept
+            torch.testing.assert_close(h[i, :n_vis], href[0, :n_vis], atol=1e-5, rtol=1e-5)
+        assert not torch.allclose(model(None, _texts(MAX_TEXT), tower=tower)[0], packed)
