@@ -1,6 +1,8 @@
 """v11 (issue 39): mimetic attention initialisation of the toy LM (Trockman & Kolter 2023).
 Every head's W_q^T W_k starts near +I and W_v^T W_o near -I, so a token attends most to earlier
 tokens that resemble it; off by default (v1-v10 init unchanged)."""
+import json
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -85,3 +87,35 @@ def test_packed_forward_video_first_equals_the_unpadded_video_first_toy():
             n_vis = model.n_visual                                  # [visual][question][<ans>] kept
             torch.testing.assert_close(h[i, :n_vis], href[0, :n_vis], atol=1e-5, rtol=1e-5)
         assert not torch.allclose(model(None, _texts(MAX_TEXT), tower=tower)[0], packed)
+
+
+def test_clause_targets_mark_each_clause_end_with_its_truth():
+    """v12 probe: the clause-truth targets sit on each clause's last word; their conjunction is a
+    yes/no item's answer and they re-derive a multiple-choice item's answer."""
+    import numpy as np
+
+    from components.tricd import benchmark as B
+    from components.tricd import video as V
+    from components.tricd.model import build_vocab, encode
+    from components.tricd.probe_lm import clause_targets
+
+    rng = np.random.default_rng(2)
+    for compound in (False, True):
+        index = {w: i for i, w in enumerate(build_vocab(compound))}
+        for _ in range(60):
+            p = V.sample_scene(rng, 8, 24)
+            for task in B.TASKS:
+                it = B.make_item(p, task, "pretrain", rng, bias=0.35, biased_types=["camera"], adversarial_rate=0.67)
+                if it is None:
+                    continue
+                targets = clause_targets(it, p, index, 40, compound)
+                ids = encode(it["question"], index, 40, compound)
+                marked = [j for j, t in enumerate(targets) if t != -100]
+                truths = [targets[j] == index["yes"] for j in marked]
+                assert len(marked) == len(json.loads(it["clauses"]))
+                assert all(ids[j + 1] in (index["and"], index["?"], index["<ans>"], *(index[L] for L in B.LETTERS))
+                           for j in marked)                                 # a clause ends there
+                if task.endswith("yn"):
+                    assert (it["answer"] == "yes") == all(truths)
+                elif not it["adversarial"]:
+                    assert it["answer"] == B.LETTERS[truths.index(True)]
