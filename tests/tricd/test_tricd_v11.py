@@ -70,25 +70,6 @@ def test_reader_rejects_mimetic():
         make_backbone(cfg.bench, cfg.backbone.model_copy(update={"mimetic": True, "lm": "reader"}))
 
 
-def test_packed_forward_video_first_equals_the_unpadded_video_first_toy():
-    from components.tricd.model import ToyVLLM, build_vocab
-    from components.tricd.reader import packed_forward
-    from tests.tricd.test_tricd_v9 import KW, MAX_TEXT, QS, _texts, _tower
-
-    torch.manual_seed(0)
-    model = ToyVLLM(len(build_vocab()), **{**KW, "video_first": True}).eval()
-    tower = _tower(len(QS))
-    with torch.no_grad():
-        packed, h = packed_forward(model, _texts(MAX_TEXT), tower=tower)
-        for i, q in enumerate(QS):
-            tight = _texts(MAX_TEXT)[i:i + 1, -(len(q.split()) + 1):]
-            ref, href = model(None, tight, tower=(tower[0][i:i + 1], tower[1][i:i + 1]))
-            torch.testing.assert_close(packed[i], ref[0], atol=1e-5, rtol=1e-5)
-            n_vis = model.n_visual                                  # [visual][question][<ans>] kept
-            torch.testing.assert_close(h[i, :n_vis], href[0, :n_vis], atol=1e-5, rtol=1e-5)
-        assert not torch.allclose(model(None, _texts(MAX_TEXT), tower=tower)[0], packed)
-
-
 def test_clause_targets_mark_each_clause_end_with_its_truth():
     """v12 probe: the clause-truth targets sit on each clause's last word; their conjunction is a
     yes/no item's answer and they re-derive a multiple-choice item's answer."""
