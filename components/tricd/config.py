@@ -72,6 +72,8 @@ class Backbone(Section):
                                        # pretrain video from the scene programs (same bias); 0 = the split's own
     compound: bool = False             # v10: the toy tokenizer merges "<colour> <shape>" into one id and the
                                        # projector adds that id's embedding per grounded pair (false = v1-v9)
+    aux_clause: float = 0.0            # v12: > 0: weight of the clause-truth loss at every clause's last word
+                                       # (needs video_first, lm packed, pretrain_qa_per_task; 0 = v1-v11)
     mimetic: bool = False              # v11: mimetic attention init of the LM (model.mimetic_init; false = v1-v10)
     seed: int = 3                      # one frozen backbone (v5: fresh; v4 2; v3 1); criteria seeds vary the policy
 

@@ -66,34 +66,6 @@ def masked_forward(model, text: torch.Tensor, tower) -> torch.Tensor:
     return model.head(model.ln_out(x)[:, -1])
 
 
-def clause_targets(item: dict, program: dict, index: dict, max_text: int, compound: bool) -> list[int]:
-    """v12: per text column of ``encode(item["question"])``, the id of "yes" / "no" (the truth of
-    the clause that ends at that column, from the scene program) or -100 (no target). Clauses end
-    before " and " / " ?" in yes/no items and before the next option letter / the end in multiple
-    choice (the adversarial option carries none)."""
-    from components.tricd import benchmark as B
-    from components.tricd.model import tokenize
-
-    toks = tokenize(item["question"], compound)
-    clauses = [tuple(c) for c in json.loads(item["clauses"])]
-    if item["task"].endswith("yn"):
-        body, start, cuts = toks[4:-1], 4, {"and"}
-    else:
-        body, start, cuts = toks[5:], 5, set(B.LETTERS)
-    ends, pos = [], start
-    for j, t in enumerate(body):
-        if t in cuts and j:
-            ends.append(start + j - 1)
-    ends.append(start + len(body) - 1)
-    if len(ends) < len(clauses):
-        raise AssertionError(f"{len(ends)} clause ends for {len(clauses)} clauses: {item['question']}")
-    out = [-100] * max_text
-    offset = max_text - (len(toks) + 1)
-    for end, c in zip(ends, clauses):
-        out[offset + end] = index["yes" if B.truth(program, c) else "no"]
-    return out
-
-
 def main(build: Path, label: str, over: dict) -> None:
     from components.common.io import read_json
     from components.common.seeds import seed_everything
@@ -153,7 +125,7 @@ def main(build: Path, label: str, over: dict) -> None:
         data.text = torch.tensor([encode(q, index, MAX_TEXT, cp) for q in data.qa.question], dtype=torch.long)
         data.target = torch.tensor([index[a] for a in data.qa.answer], dtype=torch.long)
         if o.get("aux_clause"):   # v12: clause-truth targets at every clause end
-            data.aux = torch.tensor([clause_targets(it, progs[it["video"]], index, MAX_TEXT, cp) for it in items],
+            data.aux = torch.tensor([B.clause_targets(it, progs[it["video"]], index, MAX_TEXT, cp) for it in items],
                                     dtype=torch.long)
         data.video_idx = torch.tensor(data.qa.video.to_numpy(), dtype=torch.long)
         print(label, split, "qa", len(items), round(time.time() - t0), flush=True)

@@ -78,8 +78,7 @@ def test_clause_targets_mark_each_clause_end_with_its_truth():
     from components.tricd import benchmark as B
     from components.tricd import video as V
     from components.tricd.model import build_vocab, encode
-    from components.tricd.probe_lm import clause_targets
-
+    
     rng = np.random.default_rng(2)
     for compound in (False, True):
         index = {w: i for i, w in enumerate(build_vocab(compound))}
@@ -89,7 +88,7 @@ def test_clause_targets_mark_each_clause_end_with_its_truth():
                 it = B.make_item(p, task, "pretrain", rng, bias=0.35, biased_types=["camera"], adversarial_rate=0.67)
                 if it is None:
                     continue
-                targets = clause_targets(it, p, index, 40, compound)
+                targets = B.clause_targets(it, p, index, 40, compound)
                 ids = encode(it["question"], index, 40, compound)
                 marked = [j for j, t in enumerate(targets) if t != -100]
                 truths = [targets[j] == index["yes"] for j in marked]
@@ -100,3 +99,31 @@ def test_clause_targets_mark_each_clause_end_with_its_truth():
                     assert (it["answer"] == "yes") == all(truths)
                 elif not it["adversarial"]:
                     assert it["answer"] == B.LETTERS[truths.index(True)]
+
+
+def test_clause_loss_reads_the_question_columns_and_needs_video_first():
+    """v12 stage option: the clause-truth loss adds to the answer loss through the hidden states
+    of the question's columns; the stage refuses it without the video-first packed layout."""
+    from components.tricd.backbone import frozen_tower_loss, make_backbone, train_backbone_stage
+    from components.tricd.model import build_vocab, encode
+
+    cfg = TricdConfig.for_profile("smoke")
+    bb = cfg.backbone.model_copy(update={"lm": "packed", "video_first": True, "compound": True})
+    torch.manual_seed(0)
+    model = make_backbone(cfg.bench, bb)
+    index = {w: i for i, w in enumerate(build_vocab(True))}
+    text = torch.tensor([encode("is it true that there is a red square ?", index, 40, True)] * 2)
+    aux = torch.full_like(text, -100)
+    aux[:, -2] = index["yes"]                                    # the clause's last word, before "?"
+    d, n = model.tok_emb.embedding_dim, model.n_visual
+    tower = (torch.zeros(2, model.token_frames, model.grid ** 2, d),
+             torch.zeros(2, model.token_frames, model.grid ** 2, model.ground_head.out_features))
+    batch = (torch.tensor([0, 1]), text, torch.tensor([index["yes"]] * 2), aux)
+    plain = frozen_tower_loss(model, batch[:3], tower)
+    with_aux = frozen_tower_loss(model, batch, tower, 1.0)
+    assert with_aux > plain
+    with_aux.backward()
+    assert model.blocks[0].attn.qkv.weight.grad.abs().sum() > 0
+    bad = cfg.model_copy(update={"backbone": cfg.backbone.model_copy(update={"aux_clause": 1.0})})
+    with pytest.raises(ValueError, match="aux_clause"):
+        train_backbone_stage(bad, None)
