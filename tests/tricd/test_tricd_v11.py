@@ -46,9 +46,10 @@ def test_a_token_attends_most_to_its_earlier_copy():
     assert scores[2] > scores[others].max() + 1.0
 
 
-def test_default_init_unchanged_and_option_is_deterministic():
-    bb = TricdConfig.for_profile("smoke").backbone
+def test_mimetic_off_keeps_the_default_init_and_on_is_deterministic():
     cfg = TricdConfig.for_profile("smoke")
+    assert cfg.backbone.mimetic                                  # v12 default
+    bb = cfg.backbone.model_copy(update={"mimetic": False})
     torch.manual_seed(0)
     plain = make_backbone(cfg.bench, bb)
     torch.manual_seed(0)
@@ -124,6 +125,6 @@ def test_clause_loss_reads_the_question_columns_and_needs_video_first():
     assert with_aux > plain
     with_aux.backward()
     assert model.blocks[0].attn.qkv.weight.grad.abs().sum() > 0
-    bad = cfg.model_copy(update={"backbone": cfg.backbone.model_copy(update={"aux_clause": 1.0})})
+    bad = cfg.model_copy(update={"backbone": cfg.backbone.model_copy(update={"aux_clause": 1.0, "video_first": False})})
     with pytest.raises(ValueError, match="aux_clause"):
         train_backbone_stage(bad, None)

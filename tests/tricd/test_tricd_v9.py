@@ -73,7 +73,7 @@ def test_packed_forward_equals_the_unpadded_causal_toy(video_first):
         torch.testing.assert_close(sub(None, _texts(MAX_TEXT), tower=tower)[0], packed)
 
 
-def test_backbone_lm_option_builds_each_language_side_and_defaults_to_the_causal_toy():
+def test_backbone_lm_option_builds_each_language_side():
     import pytest
 
     from components.tricd.backbone import make_backbone
@@ -81,13 +81,16 @@ def test_backbone_lm_option_builds_each_language_side_and_defaults_to_the_causal
     from components.tricd.config import TricdConfig
 
     cfg = TricdConfig.for_profile("small")
-    assert cfg.backbone.lm == "causal" and cfg.backbone.pretrain_qa_per_task == 0   # v5 behaviour
-    assert type(make_backbone(cfg.bench, cfg.backbone)) is ToyVLLM
+    assert cfg.backbone.lm == "packed" and cfg.backbone.pretrain_qa_per_task == 20   # v12 default
+    cfg = TricdConfig.for_profile("small", overrides={"backbone": {"lm": "causal", "compound": False,
+                                                                   "video_first": False}})
+    assert type(make_backbone(cfg.bench, cfg.backbone)) is ToyVLLM                  # v1-v8
     index = {w: i for i, w in enumerate(build_vocab())}
     enc = torch.tensor([encode(q, index, MAX_TEXT) for q in QS])
     videos = torch.randint(0, 256, (3, 8, 32, 32, 3)).float()
     for lm, cls in (("reader", ReaderVLLM), ("packed", PackedVLLM)):
-        c = TricdConfig.for_profile("small", overrides={"backbone": {"lm": lm, "d_model": 16, "n_heads": 2}})
+        c = TricdConfig.for_profile("small", overrides={"backbone": {"lm": lm, "d_model": 16, "n_heads": 2, "compound": False,
+                                                                     "mimetic": False, "video_first": False}})
         model = make_backbone(c.bench, c.backbone).eval()
         assert type(model) is cls
         q, h, pad = ToyBackbone(model).forward(videos, enc, hidden=True)   # the router's input
