@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from components.tricd.decode import MAX_TEXT, load_split, predict, run_pass, score
 from components.tricd.benchmark import caption
@@ -93,7 +94,7 @@ def pretrain_tower(model, videos, labels, scenes, n_videos: int, bb, rng, ctx):
 
 
 def more_pretrain_qa(data, programs, n_videos: int, qa_per_task: int, bench, seed: int,
-                     compound: bool = False) -> None:
+                     compound: bool = False, clause_aux: bool = False) -> None:
     """v9 (``backbone.pretrain_qa_per_task`` > 0): replace the pretrain split's QA of the first
     ``n_videos`` videos by ``qa_per_task`` fresh items per task and video, drawn from the same
     scene programs with the split's own bias (the stage's ~2,200 items a type were memorised,
@@ -117,14 +118,27 @@ def more_pretrain_qa(data, programs, n_videos: int, qa_per_task: int, bench, see
     data.text = torch.tensor([encode(q, index, MAX_TEXT, compound) for q in data.qa.question], dtype=torch.long)
     data.target = torch.tensor([index[a] for a in data.qa.answer], dtype=torch.long)
     data.video_idx = torch.tensor(data.qa.video.to_numpy(), dtype=torch.long)
+    if clause_aux:   # v12: "yes"/"no" = each clause's truth at its last word (``benchmark.clause_targets``)
+        data.aux = torch.tensor([Bm.clause_targets(it, programs[it["video"]], index, MAX_TEXT, compound)
+                                 for it in items], dtype=torch.long)
 
 
-def frozen_tower_loss(m, batch, tower) -> torch.Tensor:
-    """QA loss on cached tower states: ``batch`` = (video index, text, target)."""
-    vids, text, target = batch
+def frozen_tower_loss(m, batch, tower, aux_weight: float = 0.0) -> torch.Tensor:
+    """QA loss on cached tower states: ``batch`` = (video index, text, target[, clause targets]).
+    v12 ``aux_weight`` > 0 (video-first packed LM): plus that weight times the cross-entropy of
+    every clause's truth at its last word (text column j sits at ``n_visual + j``)."""
+    vids, text, target, *aux = batch
+    width = text.shape[1]
     if getattr(m, "pad_free", False):   # v9 language sides ignore pads: drop the shared pad columns
-        text = text[:, -int((text != 0).sum(1).max()):]
-    return answer_loss(m(None, text, tower=(tower[0][vids], tower[1][vids]))[0], target)
+        width = int((text != 0).sum(1).max())
+        text = text[:, -width:]
+    logits, h = m(None, text, tower=(tower[0][vids], tower[1][vids]))
+    loss = answer_loss(logits, target)
+    if aux_weight:
+        cols = m.head(h[:, m.n_visual:m.n_visual + width - 1])
+        loss = loss + aux_weight * F.cross_entropy(cols.flatten(0, 1), aux[0][:, -width:-1].flatten(),
+                                                   ignore_index=-100)
+    return loss
 
 
 def train_backbone_stage(cfg, ctx) -> None:
@@ -142,6 +156,10 @@ def train_backbone_stage(cfg, ctx) -> None:
         return
     # One backbone for every seed: it stands in for a fixed pretrained VLLM; the seeds of the
     # criteria vary the TriCD policy (router/gater init, REINFORCE sampling), as in the paper.
+    bb = cfg.backbone
+    if bb.aux_clause and not (bb.video_first and bb.lm == "packed" and bb.pretrain_qa_per_task and bb.tower_steps):
+        raise ValueError("backbone.aux_clause needs backbone.video_first, lm 'packed', pretrain_qa_per_task > 0 "
+                         "and tower_steps > 0")
     rng = seed_everything(cfg.backbone.seed)
     bench_dir = ctx.inputs["build_benchmark"]
     data = load_split(bench_dir, "pretrain", compound=cfg.backbone.compound)
@@ -154,7 +172,7 @@ def train_backbone_stage(cfg, ctx) -> None:
     programs = read_json(f"{bench_dir}/pretrain_programs.json")
     if bb.pretrain_qa_per_task:   # v9: many more QA items from the same (training) programs
         more_pretrain_qa(data, programs, cut, bb.pretrain_qa_per_task, cfg.bench, cfg.backbone.seed + 1000,
-                         bb.compound)
+                         bb.compound, clause_aux=bool(bb.aux_clause))
     rows = np.flatnonzero(data.video_idx.numpy() < cut)
     index = {w: i for i, w in enumerate(build_vocab(bb.compound))}
     captions = torch.tensor([encode_caption(caption(p), index) for p in programs[:cut]])
@@ -181,7 +199,8 @@ def train_backbone_stage(cfg, ctx) -> None:
             step += 1
             idx = torch.as_tensor(rng.choice(pool, size=bb.batch_size, replace=False))
             if tower is not None:   # the tower is frozen: its cached states stand in for the videos
-                yield data.video_idx[idx], data.text[idx], data.target[idx]
+                aux = (data.aux[idx],) if bb.aux_clause else ()
+                yield (data.video_idx[idx], data.text[idx], data.target[idx], *aux)
                 continue
             vids = torch.as_tensor(rng.choice(cut, size=bb.caption_batch, replace=False))
             yield (data.videos[data.video_idx[idx]], data.text[idx], data.target[idx],
@@ -189,7 +208,7 @@ def train_backbone_stage(cfg, ctx) -> None:
 
     def loss_fn(m, batch):
         if tower is not None:
-            return frozen_tower_loss(m, batch, tower)
+            return frozen_tower_loss(m, batch, tower, bb.aux_clause)
         return pretraining_loss(m, batch, prompt, bb.grounding_weight, bb.caption_weight)
 
     val = load_split(bench_dir, "val", compound=bb.compound)

@@ -252,6 +252,33 @@ def check_answer(program: dict, item: dict) -> str:
     return LETTERS[truths.index(True)]
 
 
+def clause_targets(item: dict, program: dict, index: dict, max_text: int, compound: bool) -> list[int]:
+    """v12 (``backbone.aux_clause``): per text column of ``encode(item["question"])``, the id of "yes" / "no" (the truth of
+    the clause that ends at that column, from the scene program) or -100 (no target). Clauses end
+    before " and " / " ?" in yes/no items and before the next option letter / the end in multiple
+    choice (the adversarial option carries none)."""
+    from components.tricd.model import tokenize
+
+    toks = tokenize(item["question"], compound)
+    clauses = [tuple(c) for c in json.loads(item["clauses"])]
+    if item["task"].endswith("yn"):
+        body, start, cuts = toks[4:-1], 4, {"and"}
+    else:
+        body, start, cuts = toks[5:], 5, set(LETTERS)
+    ends, pos = [], start
+    for j, t in enumerate(body):
+        if t in cuts and j:
+            ends.append(start + j - 1)
+    ends.append(start + len(body) - 1)
+    if len(ends) < len(clauses):
+        raise AssertionError(f"{len(ends)} clause ends for {len(clauses)} clauses: {item['question']}")
+    out = [-100] * max_text
+    offset = max_text - (len(toks) + 1)
+    for end, c in zip(ends, clauses):
+        out[offset + end] = index["yes" if truth(program, c) else "no"]
+    return out
+
+
 def build_split(split: str, n_videos: int, qa_per_task: int, rng: np.random.Generator, *,
                 frames: int, size: int, world: int, bias: float, biased_types,
                 adversarial_rate: float) -> tuple[np.ndarray, list[dict], list[dict]]:

@@ -8,6 +8,8 @@ v9: ``lm`` "reader" (``reader.ReaderVLLM``; ``n_enc``, ``hops``) or "packed" (th
 its pads after ``<ans>``, ``reader.packed_forward``); default the stage's causal toy.
 v10: ``compound`` true: compound colour-shape ids in the questions and on the visual tokens
 (``model.tokenize``; CLAIMS "Calibration v10").
+v12: ``aux_clause`` w > 0: video-first packed LM, plus w x the cross-entropy of "yes"/"no" = each
+clause's truth at the clause's last word (CLAIMS "Calibration v12").
 v11: ``mimetic`` true: mimetic attention init (``model.mimetic_init``; CLAIMS "Calibration v11").
 Keys: d_model, n_layers, n_heads, steps, lr, yn_first, tasks (list of tasks trained on),
 types (list of types trained on), batch, eval_every.
@@ -122,6 +124,9 @@ def main(build: Path, label: str, over: dict) -> None:
         index = {w: i for i, w in enumerate(build_vocab(cp))}
         data.text = torch.tensor([encode(q, index, MAX_TEXT, cp) for q in data.qa.question], dtype=torch.long)
         data.target = torch.tensor([index[a] for a in data.qa.answer], dtype=torch.long)
+        if o.get("aux_clause"):   # v12: clause-truth targets at every clause end
+            data.aux = torch.tensor([B.clause_targets(it, progs[it["video"]], index, MAX_TEXT, cp) for it in items],
+                                    dtype=torch.long)
         data.video_idx = torch.tensor(data.qa.video.to_numpy(), dtype=torch.long)
         print(label, split, "qa", len(items), round(time.time() - t0), flush=True)
 
@@ -137,6 +142,9 @@ def main(build: Path, label: str, over: dict) -> None:
     yn_rows = yn_rows[qa.task.to_numpy()[yn_rows].astype(str) != "c_mc"]
     yn_steps = int(round(o["yn_first"] * o["steps"]))
 
+    aux_w = float(o.get("aux_clause", 0.0))
+    if aux_w and not (o.get("video_first") and o.get("lm") == "packed" and o.get("qa_per_task")):
+        raise ValueError("aux_clause needs video_first, lm packed and qa_per_task (regenerated items)")
     first = o.get("first_types")   # curriculum: the first ``first_steps`` steps on these types only
     if first:
         first_rows = rows[qa.types.iloc[rows].apply(lambda t: all(x in first for x in t)).to_numpy()]
@@ -150,7 +158,7 @@ def main(build: Path, label: str, over: dict) -> None:
                 pool = first_rows
             step += 1
             idx = torch.as_tensor(rng.choice(pool, size=o["batch"], replace=False))
-            yield pre.video_idx[idx], pre.text[idx], pre.target[idx]
+            yield pre.video_idx[idx], pre.text[idx], pre.target[idx], (pre.aux[idx] if aux_w else None)
 
     def trim(text):
         if not o.get("trim"):
@@ -159,11 +167,18 @@ def main(build: Path, label: str, over: dict) -> None:
         return text[:, -n:]
 
     def loss_fn(m, b):
-        v, text, target = b
+        v, text, target, aux = b
         if o.get("mask"):
             return answer_loss(masked_forward(m, text, (tp[0][v], tp[1][v])), target)
+        width = int((text != 0).sum(1).max()) if o.get("trim") else text.shape[1]
         text = trim(text)
-        return answer_loss(m(None, text, tower=(tp[0][v], tp[1][v]))[0], target)
+        logits, h = m(None, text, tower=(tp[0][v], tp[1][v]))
+        loss = answer_loss(logits, target)
+        if aux_w:   # v12: video first, so column j of the text sits at n_visual + j
+            cols = h[:, m.n_visual:m.n_visual + width - 1]
+            loss = loss + aux_w * torch.nn.functional.cross_entropy(
+                m.head(cols).flatten(0, 1), aux[:, -width:-1].flatten(), ignore_index=-100)
+        return loss
 
     answer_ids = torch.tensor([{w: i for i, w in enumerate(build_vocab(cp))}[w] for w in ("yes", "no", "A", "B", "C")])
 

@@ -86,9 +86,9 @@ def test_compound_option_reaches_backbone_and_its_encoder():
     from components.tricd.backbones import ToyBackbone
     from components.tricd.config import TricdConfig
 
-    cfg = TricdConfig.for_profile("small")
-    assert cfg.backbone.compound is False
-    assert not make_backbone(cfg.bench, cfg.backbone).compound   # default: v1-v9
+    cfg = TricdConfig.for_profile("small", overrides={"backbone": {"compound": False}})
+    assert not make_backbone(cfg.bench, cfg.backbone).compound   # v1-v9
+    assert TricdConfig.for_profile("small").backbone.compound    # v12 default
     cfg = TricdConfig.for_profile("small", overrides={"backbone": {"compound": True, "d_model": 16}})
     model = make_backbone(cfg.bench, cfg.backbone)
     assert model.compound and model.tok_emb.num_embeddings == len(build_vocab(True))

@@ -1,6 +1,8 @@
 """v11 (issue 39): mimetic attention initialisation of the toy LM (Trockman & Kolter 2023).
 Every head's W_q^T W_k starts near +I and W_v^T W_o near -I, so a token attends most to earlier
 tokens that resemble it; off by default (v1-v10 init unchanged)."""
+import json
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -44,9 +46,10 @@ def test_a_token_attends_most_to_its_earlier_copy():
     assert scores[2] > scores[others].max() + 1.0
 
 
-def test_default_init_unchanged_and_option_is_deterministic():
-    bb = TricdConfig.for_profile("smoke").backbone
+def test_mimetic_off_keeps_the_default_init_and_on_is_deterministic():
     cfg = TricdConfig.for_profile("smoke")
+    assert cfg.backbone.mimetic                                  # v12 default
+    bb = cfg.backbone.model_copy(update={"mimetic": False})
     torch.manual_seed(0)
     plain = make_backbone(cfg.bench, bb)
     torch.manual_seed(0)
@@ -68,20 +71,60 @@ def test_reader_rejects_mimetic():
         make_backbone(cfg.bench, cfg.backbone.model_copy(update={"mimetic": True, "lm": "reader"}))
 
 
-def test_packed_forward_video_first_equals_the_unpadded_video_first_toy():
-    from components.tricd.model import ToyVLLM, build_vocab
-    from components.tricd.reader import packed_forward
-    from tests.tricd.test_tricd_v9 import KW, MAX_TEXT, QS, _texts, _tower
+def test_clause_targets_mark_each_clause_end_with_its_truth():
+    """v12 probe: the clause-truth targets sit on each clause's last word; their conjunction is a
+    yes/no item's answer and they re-derive a multiple-choice item's answer."""
+    import numpy as np
 
+    from components.tricd import benchmark as B
+    from components.tricd import video as V
+    from components.tricd.model import build_vocab, encode
+    
+    rng = np.random.default_rng(2)
+    for compound in (False, True):
+        index = {w: i for i, w in enumerate(build_vocab(compound))}
+        for _ in range(60):
+            p = V.sample_scene(rng, 8, 24)
+            for task in B.TASKS:
+                it = B.make_item(p, task, "pretrain", rng, bias=0.35, biased_types=["camera"], adversarial_rate=0.67)
+                if it is None:
+                    continue
+                targets = B.clause_targets(it, p, index, 40, compound)
+                ids = encode(it["question"], index, 40, compound)
+                marked = [j for j, t in enumerate(targets) if t != -100]
+                truths = [targets[j] == index["yes"] for j in marked]
+                assert len(marked) == len(json.loads(it["clauses"]))
+                assert all(ids[j + 1] in (index["and"], index["?"], index["<ans>"], *(index[L] for L in B.LETTERS))
+                           for j in marked)                                 # a clause ends there
+                if task.endswith("yn"):
+                    assert (it["answer"] == "yes") == all(truths)
+                elif not it["adversarial"]:
+                    assert it["answer"] == B.LETTERS[truths.index(True)]
+
+
+def test_clause_loss_reads_the_question_columns_and_needs_video_first():
+    """v12 stage option: the clause-truth loss adds to the answer loss through the hidden states
+    of the question's columns; the stage refuses it without the video-first packed layout."""
+    from components.tricd.backbone import frozen_tower_loss, make_backbone, train_backbone_stage
+    from components.tricd.model import build_vocab, encode
+
+    cfg = TricdConfig.for_profile("smoke")
+    bb = cfg.backbone.model_copy(update={"lm": "packed", "video_first": True, "compound": True})
     torch.manual_seed(0)
-    model = ToyVLLM(len(build_vocab()), **{**KW, "video_first": True}).eval()
-    tower = _tower(len(QS))
-    with torch.no_grad():
-        packed, h = packed_forward(model, _texts(MAX_TEXT), tower=tower)
-        for i, q in enumerate(QS):
-            tight = _texts(MAX_TEXT)[i:i + 1, -(len(q.split()) + 1):]
-            ref, href = model(None, tight, tower=(tower[0][i:i + 1], tower[1][i:i + 1]))
-            torch.testing.assert_close(packed[i], ref[0], atol=1e-5, rtol=1e-5)
-            n_vis = model.n_visual                                  # [visual][question][<ans>] kept
-            torch.testing.assert_close(h[i, :n_vis], href[0, :n_vis], atol=1e-5, rtol=1e-5)
-        assert not torch.allclose(model(None, _texts(MAX_TEXT), tower=tower)[0], packed)
+    model = make_backbone(cfg.bench, bb)
+    index = {w: i for i, w in enumerate(build_vocab(True))}
+    text = torch.tensor([encode("is it true that there is a red square ?", index, 40, True)] * 2)
+    aux = torch.full_like(text, -100)
+    aux[:, -2] = index["yes"]                                    # the clause's last word, before "?"
+    d, n = model.tok_emb.embedding_dim, model.n_visual
+    tower = (torch.zeros(2, model.token_frames, model.grid ** 2, d),
+             torch.zeros(2, model.token_frames, model.grid ** 2, model.ground_head.out_features))
+    batch = (torch.tensor([0, 1]), text, torch.tensor([index["yes"]] * 2), aux)
+    plain = frozen_tower_loss(model, batch[:3], tower)
+    with_aux = frozen_tower_loss(model, batch, tower, 1.0)
+    assert with_aux > plain
+    with_aux.backward()
+    assert model.blocks[0].attn.qkv.weight.grad.abs().sum() > 0
+    bad = cfg.model_copy(update={"backbone": cfg.backbone.model_copy(update={"aux_clause": 1.0, "video_first": False})})
+    with pytest.raises(ValueError, match="aux_clause"):
+        train_backbone_stage(bad, None)

@@ -2,6 +2,7 @@
 toy's answer logits do not depend on a batch's padding; the packed toy equals the causal toy on
 the unpadded question; both keep the toy's forward signature and hidden-state layout."""
 import numpy as np
+import pytest
 import torch
 
 from components.tricd import video as V
@@ -47,25 +48,32 @@ def test_reader_logits_do_not_depend_on_padding_and_keep_the_layout():
     assert not torch.allclose(model(None, _texts(MAX_TEXT), visual_weight=w, tower=tower)[0], wide)
 
 
-def test_packed_forward_equals_the_unpadded_causal_toy():
+@pytest.mark.parametrize("video_first", [False, True])    # v11: the video-first layout too
+def test_packed_forward_equals_the_unpadded_causal_toy(video_first):
     torch.manual_seed(0)
-    model = ToyVLLM(len(build_vocab()), **KW).eval()
+    kw = {**KW, "video_first": video_first}
+    model = ToyVLLM(len(build_vocab()), **kw).eval()
     tower = _tower(len(QS))
+    n_vis = model.n_visual
     with torch.no_grad():
         packed, h = packed_forward(model, _texts(MAX_TEXT), tower=tower)
         for i, q in enumerate(QS):
             tight = _texts(MAX_TEXT)[i:i + 1, -(len(q.split()) + 1):]
             ref, href = model(None, tight, tower=(tower[0][i:i + 1], tower[1][i:i + 1]))
             torch.testing.assert_close(packed[i], ref[0], atol=1e-5, rtol=1e-5)
-            torch.testing.assert_close(h[i, -href.shape[1]:], href[0], atol=1e-5, rtol=1e-5)
+            if video_first:   # [visual][question][<ans>]: the visual block and the question's tail
+                torch.testing.assert_close(h[i, :n_vis], href[0, :n_vis], atol=1e-5, rtol=1e-5)
+                torch.testing.assert_close(h[i, -(href.shape[1] - n_vis):], href[0, n_vis:], atol=1e-5, rtol=1e-5)
+            else:
+                torch.testing.assert_close(h[i, -href.shape[1]:], href[0], atol=1e-5, rtol=1e-5)
         # and the left-padded toy differs (it reads its pads)
         assert not torch.allclose(model(None, _texts(MAX_TEXT), tower=tower)[0], packed)
-        sub = PackedVLLM(len(build_vocab()), **KW).eval()
+        sub = PackedVLLM(len(build_vocab()), **kw).eval()
         sub.load_state_dict(model.state_dict())
         torch.testing.assert_close(sub(None, _texts(MAX_TEXT), tower=tower)[0], packed)
 
 
-def test_backbone_lm_option_builds_each_language_side_and_defaults_to_the_causal_toy():
+def test_backbone_lm_option_builds_each_language_side():
     import pytest
 
     from components.tricd.backbone import make_backbone
@@ -73,13 +81,16 @@ def test_backbone_lm_option_builds_each_language_side_and_defaults_to_the_causal
     from components.tricd.config import TricdConfig
 
     cfg = TricdConfig.for_profile("small")
-    assert cfg.backbone.lm == "causal" and cfg.backbone.pretrain_qa_per_task == 0   # v5 behaviour
-    assert type(make_backbone(cfg.bench, cfg.backbone)) is ToyVLLM
+    assert cfg.backbone.lm == "packed" and cfg.backbone.pretrain_qa_per_task == 20   # v12 default
+    cfg = TricdConfig.for_profile("small", overrides={"backbone": {"lm": "causal", "compound": False,
+                                                                   "video_first": False}})
+    assert type(make_backbone(cfg.bench, cfg.backbone)) is ToyVLLM                  # v1-v8
     index = {w: i for i, w in enumerate(build_vocab())}
     enc = torch.tensor([encode(q, index, MAX_TEXT) for q in QS])
     videos = torch.randint(0, 256, (3, 8, 32, 32, 3)).float()
     for lm, cls in (("reader", ReaderVLLM), ("packed", PackedVLLM)):
-        c = TricdConfig.for_profile("small", overrides={"backbone": {"lm": lm, "d_model": 16, "n_heads": 2}})
+        c = TricdConfig.for_profile("small", overrides={"backbone": {"lm": lm, "d_model": 16, "n_heads": 2, "compound": False,
+                                                                     "mimetic": False, "video_first": False}})
         model = make_backbone(c.bench, c.backbone).eval()
         assert type(model) is cls
         q, h, pad = ToyBackbone(model).forward(videos, enc, hidden=True)   # the router's input
