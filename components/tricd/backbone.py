@@ -165,7 +165,6 @@ def train_backbone_stage(cfg, ctx) -> None:
     data = load_split(bench_dir, "pretrain", compound=cfg.backbone.compound)
     cut = heldout_start(len(data.videos))
     model = make_backbone(cfg.bench, cfg.backbone)
-    bb = cfg.backbone
 
     # captioning pretraining (as VLLMs are pretrained): dense supervision of what is in the
     # video, on the same pretrain videos; QA answers alone learn little beyond the prior here

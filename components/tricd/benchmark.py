@@ -253,8 +253,9 @@ def check_answer(program: dict, item: dict) -> str:
 
 
 def clause_targets(item: dict, program: dict, index: dict, max_text: int, compound: bool) -> list[int]:
-    """v12 (``backbone.aux_clause``): per text column of ``encode(item["question"])``, the id of "yes" / "no" (the truth of
-    the clause that ends at that column, from the scene program) or -100 (no target). Clauses end
+    """v12 (``backbone.aux_clause``): per text column of ``encode(item["question"])``, the id of
+    "yes" / "no" (the truth of the clause that ends at that column, from the scene program) or -100
+    (no target). Clauses end
     before " and " / " ?" in yes/no items and before the next option letter / the end in multiple
     choice (the adversarial option carries none)."""
     from components.tricd.model import tokenize
@@ -265,7 +266,7 @@ def clause_targets(item: dict, program: dict, index: dict, max_text: int, compou
         body, start, cuts = toks[4:-1], 4, {"and"}
     else:
         body, start, cuts = toks[5:], 5, set(LETTERS)
-    ends, pos = [], start
+    ends = []
     for j, t in enumerate(body):
         if t in cuts and j:
             ends.append(start + j - 1)

@@ -35,15 +35,15 @@ class Backbone(Section):
     tpatch: int = 2                    # frames per tubelet (Qwen2-VL's temporal patch size)
     context: int = 1                   # v7: patches of context around each token's block read by
                                        # the merger (0 = v1-v6: its own m x m block only)
-    pixel_colour: bool = True         # v7: per-pixel colour membership in each patch's input (a colour
+    pixel_colour: bool = True          # v7: per-pixel colour membership in each patch's input (a colour
                                        # mask: shape and sub-patch motion visible); false = patch mean
     ground_pos_weight: float = 5.0     # v7: BCE weight of positive grounding labels (1 = v1-v6)
-    ground_token_weight: float = 10.0   # v7: weight of that per-token BCE (a mean over 17 classes) against
+    ground_token_weight: float = 10.0  # v7: weight of that per-token BCE (a mean over 17 classes) against
                                        # the scene (and camera) cross-entropy (1 = v1-v6)
-    feat_scale: float = 0.0           # v7: >= 0: the tower features enter the projector layer-normed and
+    feat_scale: float = 0.0            # v7: >= 0: the tower features enter the projector layer-normed and
                                        # scaled by this (0 = only the words of what it grounds); -1 = raw
                                        # (v1-v6: norm 30-50 against ~1 for the word part)
-    ground_camera: bool = True        # v7: the tower also learns the video's camera operation and the
+    ground_camera: bool = True         # v7: the tower also learns the video's camera operation and the
                                        # projector adds its words to every token (false = v1-v6)
     grounding_weight: float = 1.0      # vision-tower pretraining loss (token colour-shape, scene)
     align: bool = True                 # projector adds the word embeddings of what it grounds
@@ -59,7 +59,7 @@ class Backbone(Section):
     caption_weight: float = 0.0        # captioning (v1) off: it doubled the step time (dev runs e, f)
     yn_first: float = 0.5              # share of the steps on yes/no items only (curriculum; CLAIMS
                                        # "Calibration v3" / "v5"; v3-v4 0.6)
-    video_first: bool = True          # token order [video][question][<ans>] (v1-v4: question first)
+    video_first: bool = True           # token order [video][question][<ans>] (v1-v4: question first)
     tower_steps: int = 800             # > 0: the vision tower is pretrained alone this many steps, then
                                        # frozen while the LM learns QA (0 = joint training, v1-v4)
     tower_batch: int = 64              # videos per vision-tower step
@@ -68,13 +68,13 @@ class Backbone(Section):
                                        # "reader" = VQA-style reader (reader.ReaderVLLM)
     n_enc: int = 2                     # v9 reader: bidirectional question-encoder blocks
     hops: int = 2                      # v9 reader: co-attention rounds (visual <-> question)
-    pretrain_qa_per_task: int = 20      # v9: > 0: the QA phase draws this many fresh items per task and
+    pretrain_qa_per_task: int = 20     # v9: > 0: the QA phase draws this many fresh items per task and
                                        # pretrain video from the scene programs (same bias); 0 = the split's own
-    compound: bool = True             # v10: the toy tokenizer merges "<colour> <shape>" into one id and the
+    compound: bool = True              # v10: the toy tokenizer merges "<colour> <shape>" into one id and the
                                        # projector adds that id's embedding per grounded pair (false = v1-v9)
     aux_clause: float = 1.0            # v12: > 0: weight of the clause-truth loss at every clause's last word
                                        # (needs video_first, lm packed, pretrain_qa_per_task; 0 = v1-v11)
-    mimetic: bool = True              # v11: mimetic attention init of the LM (model.mimetic_init; false = v1-v10)
+    mimetic: bool = True               # v11: mimetic attention init of the LM (model.mimetic_init; false = v1-v10)
     seed: int = 4                      # v12: fresh; one frozen backbone (v5: fresh; v4 2; v3 1); criteria seeds vary the policy
 
 
@@ -150,7 +150,7 @@ class Paper(Section):
 
 
 class TricdConfig(MethodConfig):
-    seeds: list[int] = [12, 13, 14]   # v12 policy seeds (fresh; v5 9, 10, 11; v4 6, 7, 8; v3 3, 4, 5; v1/v2 0, 1, 2)
+    seeds: list[int] = [12, 13, 14]    # v12 policy seeds (fresh; v5 9, 10, 11; v4 6, 7, 8; v3 3, 4, 5; v1/v2 0, 1, 2)
     bench: Bench = Bench()
     backbone: Backbone = Backbone()
     saliency: Saliency = Saliency()

@@ -71,7 +71,7 @@ def main(build: Path, label: str, over: dict) -> None:
     from components.common.seeds import seed_everything
     from components.common.train import fit, make_optimizer
     from components.tricd import benchmark as B
-    from components.tricd.backbone import isolated_macro, yes_bias
+    from components.tricd.backbone import frozen_tower_loss, isolated_macro, yes_bias
     from components.tricd.decode import MAX_TEXT, load_split, predict, score
     from components.tricd.model import ToyVLLM, answer_loss, build_vocab
 
@@ -170,15 +170,8 @@ def main(build: Path, label: str, over: dict) -> None:
         v, text, target, aux = b
         if o.get("mask"):
             return answer_loss(masked_forward(m, text, (tp[0][v], tp[1][v])), target)
-        width = int((text != 0).sum(1).max()) if o.get("trim") else text.shape[1]
-        text = trim(text)
-        logits, h = m(None, text, tower=(tp[0][v], tp[1][v]))
-        loss = answer_loss(logits, target)
-        if aux_w:   # v12: video first, so column j of the text sits at n_visual + j
-            cols = h[:, m.n_visual:m.n_visual + width - 1]
-            loss = loss + aux_w * torch.nn.functional.cross_entropy(
-                m.head(cols).flatten(0, 1), aux[:, -width:-1].flatten(), ignore_index=-100)
-        return loss
+        text = trim(text)   # v12 clause loss: shared with the stage (``backbone.frozen_tower_loss``)
+        return frozen_tower_loss(m, (v, text, target, *([aux] if aux_w else [])), tp, aux_w)
 
     answer_ids = torch.tensor([{w: i for i, w in enumerate(build_vocab(cp))}[w] for w in ("yes", "no", "A", "B", "C")])
 
