@@ -184,13 +184,15 @@ def collapse_stats(masks: np.ndarray) -> dict:
             "modal_set_share": float(counts.max() / len(masks)), "n_tool_sets": int(len(counts))}
 
 
-def reinforce_loss(logp: torch.Tensor, reward: np.ndarray, state: dict, momentum: float) -> torch.Tensor:
+def reinforce_loss(logp: torch.Tensor, reward: np.ndarray, state: dict, momentum: float,
+                   per_query: np.ndarray | None = None) -> torch.Tensor:
     """-(log pi(a)) * (r - b) averaged over the accumulated queries. The EMA baseline is
-    updated query by query, before the advantage is taken (order of the official trainer)."""
+    updated query by query, before the advantage is taken (order of the official trainer).
+    ``per_query``: a baseline per query instead (the EMA is still tracked, for the log)."""
     adv = np.empty(len(reward))
     for i, r in enumerate(reward):
         state["baseline"] = momentum * state["baseline"] + (1 - momentum) * float(r)
-        adv[i] = r - state["baseline"]
+        adv[i] = r - (state["baseline"] if per_query is None else per_query[i])
     return -(logp * torch.as_tensor(adv, dtype=torch.float32)).mean()
 
 
@@ -203,11 +205,19 @@ def bernoulli_entropy(probs: torch.Tensor) -> torch.Tensor:
     return -(probs * probs.log() + (1 - probs) * (1 - probs).log()).mean()
 
 
-def policy_loss(logp: torch.Tensor, probs: torch.Tensor, reward: np.ndarray, state: dict, pcfg) -> torch.Tensor:
-    """REINFORCE with the EMA baseline, minus an entropy bonus on the tool decisions: the bonus
-    keeps the tool probabilities away from 0 / 1 (without it the last small run's router
-    collapsed to "no tool" or "all tools" within one epoch)."""
-    loss = reinforce_loss(logp, reward, state, pcfg.baseline_momentum)
+def policy_loss(logp: torch.Tensor, probs: torch.Tensor, reward: np.ndarray, state: dict, pcfg,
+                base_reward: np.ndarray | None = None) -> torch.Tensor:
+    """REINFORCE minus an entropy bonus on the tool decisions (the bonus keeps the tool
+    probabilities away from 0 / 1). Baseline: the EMA of the rewards (``pcfg.baseline`` "ema",
+    official), or ``base_reward``, the undecoded answer's reward on each query ("base_answer").
+    The EMA leaves each query's difficulty in the advantage: a +-1 that the tools did not cause
+    and that, summed over a batch, pushes every tool the same way."""
+    if pcfg.baseline not in ("ema", "base_answer"):
+        raise ValueError(f"policy.baseline must be 'ema' or 'base_answer', not {pcfg.baseline!r}")
+    per_query = base_reward if pcfg.baseline == "base_answer" else None
+    if pcfg.baseline == "base_answer" and per_query is None:
+        raise ValueError("policy.baseline 'base_answer' needs the undecoded answers' rewards")
+    loss = reinforce_loss(logp, reward, state, pcfg.baseline_momentum, per_query)
     return loss - pcfg.entropy_coef * bernoulli_entropy(probs)
 
 
@@ -232,7 +242,8 @@ def reinforce_epoch(backbone, policy: Policy, cache: Cache, opt, pcfg, rng: np.r
             q_p = positive_logits(backbone, cache, rows, beta)
             q = calibrate(cache.q_o[rows], q_p, q_n, pcfg.a1, pcfg.a2)
             reward = np.where(predict(q.numpy(), cache.tasks[rows]) == cache.answers[rows], 1.0, -1.0)
-        loss = policy_loss(logp_router + logp_gater, probs, reward, state, pcfg)
+            base = np.where(predict(cache.q_o[rows].numpy(), cache.tasks[rows]) == cache.answers[rows], 1.0, -1.0)
+        loss = policy_loss(logp_router + logp_gater, probs, reward, state, pcfg, base)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(policy.parameters(), pcfg.grad_clip)
@@ -241,7 +252,8 @@ def reinforce_epoch(backbone, policy: Policy, cache: Cache, opt, pcfg, rng: np.r
         if ctx is not None:
             ctx.log_metrics({"policy/reward": float(reward.mean()), "policy/n_tools": float(actions.sum(1).mean()),
                              "policy/entropy": float(bernoulli_entropy(probs.detach())),
-                             "policy/beta": float(mu.detach().mean()), "policy/baseline": state["baseline"]},
+                             "policy/beta": float(mu.detach().mean()), "policy/baseline": state["baseline"],
+                             "policy/changed": float((reward != base).mean())},
                             step=step0 + steps)
     policy.eval()
     return steps
