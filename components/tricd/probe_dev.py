@@ -3,7 +3,9 @@ build -> train_backbone -> eval_base (val premises) -> saliency -> train_policy 
 entropy coefficients and dev policy seeds, stage functions called directly (one process).
     python -m components.tricd.probe_dev OUTDIR '{"backbone": {"yn_first": 0.6}}' 0.0,0.05,0.5 100,101
     python -m components.tricd.probe_dev OUTDIR '{}' '[{"lr": 2e-3, "tool_ids": false}]' 100,101   (v4)
-Dev data for probe_oracle: python -m components.tricd.probe_dev --data OUT.pt N_PRETRAIN BIAS"""
+Dev data for probe_oracle: python -m components.tricd.probe_dev --data OUT.pt N_PRETRAIN BIAS
+What the router could learn (v13): python -m components.tricd.probe_dev --tools OUTDIR '{}'
+  and whether it is predictable: python -m components.tricd.probe_dev --predict OUTDIR '{}'"""
 import json
 import sys
 import time
@@ -23,6 +25,93 @@ def dev_data(out: str, n_pretrain: int, bias: float) -> None:
     vv, vprog, vitems = B.build_split("val", 300, 1, np.random.default_rng(99), **kw)
     torch.save({"pv": torch.from_numpy(pv), "pprog": pprog, "pitems": pitems, "vv": torch.from_numpy(vv),
                 "vprog": vprog, "vitems": vitems}, out)
+
+
+def tool_effects(out: Path, over: dict) -> None:
+    """On dev val (after ``pipeline`` built OUTDIR): each tool alone on every item, negative
+    pathway only (a1 0, a2 1), and the shares of items it fixes and breaks against the undecoded
+    answer; then the per-item oracle over the eight single tools (an upper bound on what a
+    router choosing one tool could gain) and the share of items no single tool changes."""
+    import torch
+
+    from components.tricd.tools import TOOL_NAMES
+
+    torch.set_num_threads(1)
+    cache, net = _single_tool_effects(out, over, "val")
+    for t, name in enumerate(TOOL_NAMES):
+        print(f"{name:>10}: fixes {(net[:, t] > 0).mean():.3f} breaks {(net[:, t] < 0).mean():.3f}")
+    print(f"oracle single tool: fixes {(net.max(1) > 0).mean():.3f} of items; "
+          f"no tool changes {(net == 0).all(1).mean():.3f}")
+
+
+def _single_tool_effects(out: Path, over: dict, split: str):
+    """(cache, net) for a dev split: net[i, t] = +1 / -1 / 0 when tool t alone (negative pathway
+    only) fixes / breaks / leaves the undecoded answer of item i."""
+    import numpy as np
+    import torch
+
+    from components.common.config import deep_merge
+    from components.common.io import load_torch
+    from components.tricd.backbones import open_backbone
+    from components.tricd.config import TricdConfig
+    from components.tricd.decode import load_split, predict
+    from components.tricd.policy import build_cache, calibrated_predictions
+    from components.tricd.tools import TOOL_NAMES
+
+    values = {"bench": {"seed": 99}}
+    deep_merge(values, over)
+    cfg = TricdConfig.for_profile("small", overrides=values)
+    backbone = open_backbone(cfg, out / "backbone")
+    data = load_split(out / "build", split, backbone=backbone)
+    cache = build_cache(backbone, data, load_torch(f"{out}/saliency/{split}_saliency.pt"))
+    right0 = predict(cache.q_o.numpy(), cache.tasks) == cache.answers
+    net = np.zeros((len(right0), len(TOOL_NAMES)), int)
+    for t in range(len(TOOL_NAMES)):
+        masks = np.zeros_like(net, dtype=bool)
+        masks[:, t] = True
+        pred, _ = calibrated_predictions(backbone, cache, masks, torch.zeros(len(right0)), cfg.policy, 0.0, 1.0)
+        net[:, t] = (pred == cache.answers).astype(int) - right0.astype(int)
+    return cache, net
+
+
+def tool_predictability(out: Path, over: dict) -> None:
+    """Could any router know in advance which tool fixes an item? Per tool, a logistic
+    regression on the mean-pooled frozen hidden states (what the gater reads; the router reads
+    the same states through attention), trained on dev train's single-tool outcomes: val AUC of
+    "fixes" and of "breaks", then the val gain of a supervised router that applies the tool with
+    the largest predicted fix-minus-break margin where that margin is positive."""
+    import numpy as np
+    import torch
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import roc_auc_score
+    from sklearn.preprocessing import StandardScaler
+
+    from components.tricd.tools import TOOL_NAMES
+
+    torch.set_num_threads(1)
+    feats, nets = {}, {}
+    for split in ("train", "val"):
+        cache, nets[split] = _single_tool_effects(out, over, split)
+        keep = (~cache.pad).unsqueeze(-1).float()
+        feats[split] = ((cache.hidden.float() * keep).sum(1) / keep.sum(1)).numpy()
+    scaler = StandardScaler().fit(feats["train"])
+    x_tr, x_va = scaler.transform(feats["train"]), scaler.transform(feats["val"])
+    margin = np.zeros(nets["val"].shape)
+    for t, name in enumerate(TOOL_NAMES):
+        row, p = [], {}
+        for label, sign in (("fixes", 1), ("breaks", -1)):
+            y_tr, y_va = nets["train"][:, t] == sign, nets["val"][:, t] == sign
+            clf = LogisticRegression(C=0.1, class_weight="balanced", max_iter=2000).fit(x_tr, y_tr)
+            p[label] = clf.predict_proba(x_va)[:, 1]
+            auc = roc_auc_score(y_va, p[label]) if 0 < y_va.sum() < len(y_va) else float("nan")
+            row.append(f"{label} {y_tr.mean():.3f}/{y_va.mean():.3f} AUC {auc:.2f}")
+        margin[:, t] = p["fixes"] - p["breaks"]
+        print(f"{name:>10}: " + "; ".join(row), flush=True)
+    pick = margin.argmax(1)
+    apply = margin[np.arange(len(pick)), pick] > 0
+    gain = nets["val"][np.arange(len(pick)), pick] * apply
+    print(f"supervised single-tool router on val: applies a tool to {apply.mean():.3f} of items, "
+          f"accuracy change {gain.mean():+.4f} (oracle {nets['val'].max(1).clip(0).mean():+.4f})")
 
 
 def pipeline(out: Path, over: dict, coefs: list, seeds: list[int]) -> None:
@@ -68,7 +157,11 @@ def pipeline(out: Path, over: dict, coefs: list, seeds: list[int]) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "--data":
+    if sys.argv[1] == "--predict":
+        tool_predictability(Path(sys.argv[2]), json.loads(sys.argv[3]))
+    elif sys.argv[1] == "--tools":
+        tool_effects(Path(sys.argv[2]), json.loads(sys.argv[3]))
+    elif sys.argv[1] == "--data":
         dev_data(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))
     else:
         grid = (json.loads(sys.argv[3]) if sys.argv[3].startswith("[")
