@@ -219,10 +219,11 @@ def train_backbone_stage(cfg, ctx) -> None:
                 "val/acc_s_yn": scores["acc_s_yn"], "val/acc_s_mc": scores["acc_s_mc"]}
 
     trainable = [p for p in model.parameters() if p.requires_grad]
+    log_every = max(1, bb.steps // 30)
     records = fit(model, batches(), loss_fn, steps=bb.steps,
                   optimizer=make_optimizer(trainable, lr=bb.lr, weight_decay=bb.weight_decay),
-                  warmup=bb.warmup, ctx=ctx, log_every=max(1, bb.steps // 30), eval_fn=eval_fn,
-                  eval_every=max(1, bb.steps // 10))
+                  warmup=bb.warmup, ctx=ctx, log_every=log_every, eval_fn=eval_fn,
+                  eval_every=6 * log_every)   # ~5 val evals (+ the last step); fit evaluates on log steps only
     save_torch(ctx.out_dir / "backbone.pt", model.state_dict())
     n_params = sum(p.numel() for p in model.parameters())
     ctx.write_metrics({"final_loss": records[-1]["train/loss"], "val_macro": records[-1]["val/macro"],
