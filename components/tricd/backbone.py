@@ -94,11 +94,14 @@ def pretrain_tower(model, videos, labels, scenes, n_videos: int, bb, rng, ctx):
 
 
 def more_pretrain_qa(data, programs, n_videos: int, qa_per_task: int, bench, seed: int,
-                     compound: bool = False, clause_aux: bool = False) -> None:
+                     compound: bool = False, clause_aux: bool = False, split: str = "pretrain",
+                     tasks=None) -> None:
     """v9 (``backbone.pretrain_qa_per_task`` > 0): replace the pretrain split's QA of the first
     ``n_videos`` videos by ``qa_per_task`` fresh items per task and video, drawn from the same
     scene programs with the split's own bias (the stage's ~2,200 items a type were memorised,
-    CLAIMS "Calibration v8"). ``data`` (a ``decode.Split``) is changed in place."""
+    CLAIMS "Calibration v8"). ``data`` (a ``decode.Split``) is changed in place. ``bench``: any
+    object with ``bias``, ``biased_types``, ``adversarial_rate``; ``split`` and ``tasks`` (default
+    all) let the dev probe ``probe_lm`` regenerate other splits the same way."""
     import pandas as pd
 
     from components.tricd import benchmark as Bm
@@ -106,9 +109,9 @@ def more_pretrain_qa(data, programs, n_videos: int, qa_per_task: int, bench, see
     g = np.random.default_rng(seed)
     items = []
     for v, p in enumerate(programs[:n_videos]):
-        for task in Bm.TASKS:
+        for task in (Bm.TASKS if tasks is None else [t for t in Bm.TASKS if t in tasks]):
             for _ in range(qa_per_task):
-                it = Bm.make_item(p, task, "pretrain", g, bias=bench.bias, biased_types=bench.biased_types,
+                it = Bm.make_item(p, task, split, g, bias=bench.bias, biased_types=bench.biased_types,
                                   adversarial_rate=bench.adversarial_rate)
                 if it is not None:
                     it.update(video=v, compositional=task.startswith("c_"))

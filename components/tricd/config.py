@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from components.common.config import MethodConfig, Section
 
@@ -106,7 +106,7 @@ class Policy(Section):
     weight_decay: float = 1e-4
     grad_clip: float = 1.0
     baseline_momentum: float = 0.95
-    baseline: str = "ema"              # ema: b = EMA of the rewards (official); base_answer: b = the
+    baseline: Literal["ema", "base_answer"] = "ema"  # ema: b = EMA of the rewards (official); base_answer: b = the
                                        # reward of the undecoded answer q_o on the same query, so the
                                        # advantage is zero wherever decoding leaves it right or wrong
     entropy_coef: float = 0.0          # entropy bonus on the tool decisions (not in the official code);

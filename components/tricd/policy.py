@@ -212,11 +212,11 @@ def policy_loss(logp: torch.Tensor, probs: torch.Tensor, reward: np.ndarray, sta
     official), or ``base_reward``, the undecoded answer's reward on each query ("base_answer").
     The EMA leaves each query's difficulty in the advantage: a +-1 that the tools did not cause
     and that, summed over a batch, pushes every tool the same way."""
-    if pcfg.baseline not in ("ema", "base_answer"):
-        raise ValueError(f"policy.baseline must be 'ema' or 'base_answer', not {pcfg.baseline!r}")
-    per_query = base_reward if pcfg.baseline == "base_answer" else None
-    if pcfg.baseline == "base_answer" and per_query is None:
-        raise ValueError("policy.baseline 'base_answer' needs the undecoded answers' rewards")
+    per_query = None
+    if pcfg.baseline == "base_answer":   # the config allows only "ema" and "base_answer"
+        if base_reward is None:
+            raise ValueError("policy.baseline 'base_answer' needs the undecoded answers' rewards")
+        per_query = base_reward
     loss = reinforce_loss(logp, reward, state, pcfg.baseline_momentum, per_query)
     return loss - pcfg.entropy_coef * bernoulli_entropy(probs)
 

@@ -37,31 +37,42 @@ def tool_effects(out: Path, over: dict) -> None:
     from components.tricd.tools import TOOL_NAMES
 
     torch.set_num_threads(1)
-    cache, net = _single_tool_effects(out, over, "val")
+    cache, net = _single_tool_effects(out, *_dev_backbone(out, over), "val")
     for t, name in enumerate(TOOL_NAMES):
         print(f"{name:>10}: fixes {(net[:, t] > 0).mean():.3f} breaks {(net[:, t] < 0).mean():.3f}")
     print(f"oracle single tool: fixes {(net.max(1) > 0).mean():.3f} of items; "
           f"no tool changes {(net == 0).all(1).mean():.3f}")
 
 
-def _single_tool_effects(out: Path, over: dict, split: str):
+def _dev_config(over: dict):
+    """The small profile on the dev splits (bench.seed 99) with ``over`` merged in."""
+    from components.common.config import deep_merge
+    from components.tricd.config import TricdConfig
+
+    values = {"bench": {"seed": 99}}
+    deep_merge(values, over)
+    return TricdConfig.for_profile("small", overrides=values)
+
+
+def _dev_backbone(out: Path, over: dict):
+    """(cfg, the frozen backbone that ``pipeline`` trained in OUTDIR)."""
+    from components.tricd.backbones import open_backbone
+
+    cfg = _dev_config(over)
+    return cfg, open_backbone(cfg, out / "backbone")
+
+
+def _single_tool_effects(out: Path, cfg, backbone, split: str):
     """(cache, net) for a dev split: net[i, t] = +1 / -1 / 0 when tool t alone (negative pathway
     only) fixes / breaks / leaves the undecoded answer of item i."""
     import numpy as np
     import torch
 
-    from components.common.config import deep_merge
     from components.common.io import load_torch
-    from components.tricd.backbones import open_backbone
-    from components.tricd.config import TricdConfig
     from components.tricd.decode import load_split, predict
     from components.tricd.policy import build_cache, calibrated_predictions
     from components.tricd.tools import TOOL_NAMES
 
-    values = {"bench": {"seed": 99}}
-    deep_merge(values, over)
-    cfg = TricdConfig.for_profile("small", overrides=values)
-    backbone = open_backbone(cfg, out / "backbone")
     data = load_split(out / "build", split, backbone=backbone)
     cache = build_cache(backbone, data, load_torch(f"{out}/saliency/{split}_saliency.pt"))
     right0 = predict(cache.q_o.numpy(), cache.tasks) == cache.answers
@@ -90,8 +101,9 @@ def tool_predictability(out: Path, over: dict) -> None:
 
     torch.set_num_threads(1)
     feats, nets = {}, {}
+    cfg, backbone = _dev_backbone(out, over)
     for split in ("train", "val"):
-        cache, nets[split] = _single_tool_effects(out, over, split)
+        cache, nets[split] = _single_tool_effects(out, cfg, backbone, split)
         keep = (~cache.pad).unsqueeze(-1).float()
         feats[split] = ((cache.hidden.float() * keep).sum(1) / keep.sum(1)).numpy()
     scaler = StandardScaler().fit(feats["train"])
@@ -121,12 +133,9 @@ def pipeline(out: Path, over: dict, coefs: list, seeds: list[int]) -> None:
     from components.common.config import deep_merge
     from components.common.context import LocalContext
     from components.tricd import backbone, benchmark, policy, saliency
-    from components.tricd.config import TricdConfig
 
     torch.set_num_threads(1)
-    values = {"bench": {"seed": 99}}
-    deep_merge(values, over)
-    cfg = TricdConfig.for_profile("small", overrides=values)
+    cfg = _dev_config(over)
     t0 = time.time()
 
     def stage(name, fn, inputs, item=None):
@@ -146,10 +155,10 @@ def pipeline(out: Path, over: dict, coefs: list, seeds: list[int]) -> None:
     stage("eval_base", backbone.eval_base_stage, {"build_benchmark": b, "train_backbone": m})
     s, _ = stage("saliency", saliency.precompute_saliency_stage, {"build_benchmark": b})
     for coef in coefs:
-        v2 = json.loads(json.dumps(values))
+        v2 = json.loads(json.dumps(over))
         pol = coef if isinstance(coef, dict) else {"entropy_coef": coef}
         deep_merge(v2, {"policy": pol})
-        cfg = TricdConfig.for_profile("small", overrides=v2)
+        cfg = _dev_config(v2)
         label = f"e{coef}" if not isinstance(coef, dict) else "-".join(f"{k}{v}" for k, v in sorted(pol.items()))
         for seed in seeds:
             stage(f"policy-{label}", policy.train_policy_stage,

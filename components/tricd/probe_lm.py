@@ -104,31 +104,16 @@ def main(build: Path, label: str, over: dict) -> None:
     tv = oracle_states(read_json(f"{build}/val_programs.json"), 32, model.token_px, model.tpatch, o["d_model"])
     cut = int(round(len(pre.videos) * 0.9))
     def regen(data, split, n, tasks, seed):   # more QA items per video (same programs; the split's own bias)
-        import pandas as pd
-        from components.tricd.model import encode
+        from types import SimpleNamespace
+
+        from components.tricd.backbone import more_pretrain_qa
 
         progs = read_json(f"{build}/{split}_programs.json")
-        g = np.random.default_rng(seed)
-        items = []
-        for v, p in enumerate(progs):
-            for task in B.TASKS:
-                if task not in tasks:
-                    continue
-                for _ in range(n):
-                    it = B.make_item(p, task, split, g, bias=o.get("bias", 0.35),
-                                     biased_types=["temporal", "camera", "action", "event"], adversarial_rate=0.67)
-                    if it is not None:
-                        it.update(video=v, compositional=task.startswith("c_"))
-                        items.append(it)
-        data.qa = pd.DataFrame(items)
-        index = {w: i for i, w in enumerate(build_vocab(cp))}
-        data.text = torch.tensor([encode(q, index, MAX_TEXT, cp) for q in data.qa.question], dtype=torch.long)
-        data.target = torch.tensor([index[a] for a in data.qa.answer], dtype=torch.long)
-        if o.get("aux_clause"):   # v12: clause-truth targets at every clause end
-            data.aux = torch.tensor([B.clause_targets(it, progs[it["video"]], index, MAX_TEXT, cp) for it in items],
-                                    dtype=torch.long)
-        data.video_idx = torch.tensor(data.qa.video.to_numpy(), dtype=torch.long)
-        print(label, split, "qa", len(items), round(time.time() - t0), flush=True)
+        bench = SimpleNamespace(bias=o.get("bias", 0.35), biased_types=["temporal", "camera", "action", "event"],
+                                adversarial_rate=0.67)
+        more_pretrain_qa(data, progs, len(progs), n, bench, seed, cp, clause_aux=bool(o.get("aux_clause")),
+                         split=split, tasks=tasks)
+        print(label, split, "qa", len(data.qa), round(time.time() - t0), flush=True)
 
     if o.get("qa_per_task"):
         regen(pre, "pretrain", o["qa_per_task"], o["tasks"], o["seed"] + 1000)
